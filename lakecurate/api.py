@@ -1,0 +1,111 @@
+"""The public Python surface: ``Lake.open(path).ingest(...)``, ``.sql(...)``, ``.status()``.
+
+The CLI is a thin layer over this; everything a command can do, a program can do too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakecurate import config as configuration
+from lakecurate import engine, query
+from lakecurate.config import Config
+from lakecurate.errors import ConfigError, LakeError
+from lakecurate.lock import LakeLock
+from lakecurate.progress import Reporter
+from lakecurate.runner import IngestReport, LakePaths, ingest
+from lakecurate.state import StateStore
+
+
+@dataclass
+class LakeStatus:
+    """Chunks by status, the funnel, recent failures and runs."""
+
+    by_status: query.QueryResult
+    funnel: query.QueryResult
+    failures: query.QueryResult
+    runs: query.QueryResult
+
+
+class Lake:
+    """One lake folder (design section 3)."""
+
+    def __init__(self, root: Path) -> None:
+        self.paths = LakePaths(Path(root))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Lake:
+        """A handle on the lake at ``path`` (created by the first ``ingest``)."""
+        root = Path(path)
+        if root.exists() and not root.is_dir():
+            raise LakeError(f"{root} is a file, not a lake folder")
+        return cls(root)
+
+    @property
+    def root(self) -> Path:
+        return self.paths.root
+
+    def config(self, given: Config | Path | None = None) -> Config:
+        """The lake's config; a given one must make the same decisions as the lake's."""
+        cfg = configuration.load(given) if isinstance(given, Path) else given
+        stored = configuration.load(self.paths.config) if self.paths.config.exists() else None
+        if stored is None:
+            return cfg or Config()
+        if cfg is None:
+            return stored
+        if cfg.hash != stored.hash:
+            raise ConfigError(
+                f"this lake was built with config {stored.hash} ({self.paths.config}); the "
+                f"given config is {cfg.hash} and would decide differently. Use a new lake for "
+                "a new pipeline, or edit the lake's lakecurate.toml knowingly")
+        return cfg
+
+    def ingest(self, inputs: list[str | os.PathLike[str]], *,
+               config: Config | Path | None = None, workers: int | None = None,
+               verify: bool = False, reporter: Reporter | None = None,
+               args: str = "") -> IngestReport:
+        """Ingest files or folders; safe to re-run and to kill at any moment."""
+        cfg = self.config(config)
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        if not self.paths.config.exists():
+            tmp = self.paths.config.with_suffix(".toml.tmp")
+            tmp.write_text(configuration.to_toml(cfg), encoding="utf-8")
+            os.replace(tmp, self.paths.config)
+        return ingest(self.paths, [os.fspath(p) for p in inputs], cfg, workers=workers,
+                      verify=verify, reporter=reporter, args=args)
+
+    def sql(self, text: str, *, version: int | None = None,
+            params: dict[str, Any] | None = None) -> query.QueryResult:
+        """Run a read-only query over the state tables and the docs/rejects views."""
+        con = query.open_reader(self.paths.state, self.paths.documents, version)
+        try:
+            return query.run(con, text, params)
+        finally:
+            con.close()
+
+    def status(self) -> LakeStatus:
+        """What `lakecurate status` shows, from the state tables only."""
+        con = query.open_reader(self.paths.state, self.paths.documents)
+        try:
+            return LakeStatus(
+                by_status=query.run(con, engine.q("state.by_status")),
+                funnel=query.run(con, engine.q("state.funnel")),
+                failures=query.run(con, engine.q("state.failures")),
+                runs=query.run(con, engine.q("state.runs"), {"limit": 5}),
+            )
+        finally:
+            con.close()
+
+    def retry(self, keys: list[str] | None = None) -> list[str]:
+        """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""
+        if not self.paths.state.exists():
+            raise LakeError(f"no lake at {self.root}: nothing to retry")
+        with LakeLock.acquire(self.paths.lock, "retry"):
+            state = StateStore.open(self.paths.state)
+            try:
+                return state.requeue_dead(keys, None)
+            finally:
+                state.close()

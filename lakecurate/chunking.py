@@ -1,0 +1,186 @@
+"""Deterministic, content-addressed chunks (design section 4).
+
+A chunk key is ``<stem>_<index:05d>_<first 8 hex of the sha256 of the chunk's bytes>``, so the same
+bytes always give the same key and a changed input gives new keys. Plain JSONL is cut at newline
+boundaries near the target size; Parquet by groups of row groups; compressed JSONL is one chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from lakecurate.errors import InputError
+from lakecurate.io import parquet_digest
+from lakecurate.types import ChunkSpec, Format
+
+_BLOCK = 8 * 1024 * 1024
+_SUFFIXES = ((".jsonl.gz", Format.JSONL_GZ), (".jsonl.zst", Format.JSONL_ZST),
+             (".jsonl", Format.JSONL), (".parquet", Format.PARQUET))
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def detect_format(path: str) -> Format | None:
+    """The input format from the file name, or None for files lakecurate does not read."""
+    lower = path.lower()
+    for suffix, fmt in _SUFFIXES:
+        if lower.endswith(suffix):
+            return fmt
+    return None
+
+
+def _stem(path: str, fmt: Format) -> str:
+    name = os.path.basename(path)
+    return _UNSAFE.sub("_", name[: len(name) - len(fmt.value) - 1]) or "input"
+
+
+def discover(inputs: Iterable[str | Path]) -> list[tuple[str, Format]]:
+    """Expand files and folders into (absolute path, format), sorted, without following links.
+
+    A folder contributes every file with a known suffix; a file named explicitly must have one.
+    """
+    found: dict[str, Format] = {}
+    for raw in inputs:
+        path = os.path.abspath(os.fspath(raw))
+        if os.path.isdir(path):
+            for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+                dirnames.sort()
+                for name in filenames:
+                    full = os.path.join(dirpath, name)
+                    fmt = detect_format(full)
+                    if fmt and os.path.isfile(full):
+                        found[full] = fmt
+        elif os.path.isfile(path):
+            fmt = detect_format(path)
+            if fmt is None:
+                raise InputError(
+                    f"{raw}: unknown input format; lakecurate reads .jsonl, .jsonl.gz, "
+                    ".jsonl.zst and .parquet files"
+                )
+            found[path] = fmt
+        elif os.path.lexists(path):
+            raise InputError(f"{raw}: not a readable file or folder (broken link?)")
+        else:
+            raise InputError(f"{raw}: no such file or folder")
+    if not found:
+        raise InputError("no input files found (looked for .jsonl, .jsonl.gz, .jsonl.zst, "
+                         ".parquet in: " + ", ".join(map(str, inputs)) + ")")
+    return sorted(found.items())
+
+
+def _read_blocks(path: str) -> Iterator[bytes]:
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(_BLOCK):
+                yield block
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+def _plan_jsonl(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
+    stem = _stem(path, Format.JSONL)
+    specs: list[ChunkSpec] = []
+    chunk_hashes = hashlib.sha256()
+    state = {"start": 0, "size": 0, "lines": 0, "first_line": 1}
+    h = hashlib.sha256()
+
+    def consume(piece: bytes) -> None:
+        h.update(piece)
+        state["size"] += len(piece)
+        state["lines"] += piece.count(b"\n")
+
+    def emit() -> None:
+        nonlocal h
+        digest = h.hexdigest()
+        chunk_hashes.update(bytes.fromhex(digest))
+        idx = len(specs)
+        specs.append(ChunkSpec(
+            chunk_key=f"{stem}_{idx:05d}_{digest[:8]}", source_path=path, source_sha256="",
+            format=Format.JSONL, chunk_index=idx, first_line=state["first_line"],
+            input_sha256=digest, input_bytes=state["size"], byte_start=state["start"],
+            byte_end=state["start"] + state["size"]))
+        state["start"] += state["size"]
+        state["first_line"] += state["lines"]
+        state["size"] = state["lines"] = 0
+        h = hashlib.sha256()
+
+    for block in _read_blocks(path):
+        offset = 0
+        while offset < len(block):
+            need = max(chunk_size - state["size"], 1)
+            nl = block.find(b"\n", offset + need - 1) if offset + need <= len(block) else -1
+            if nl == -1:
+                consume(block[offset:])
+                break
+            consume(block[offset:nl + 1])
+            emit()
+            offset = nl + 1
+    if state["size"]:
+        emit()
+    return _with_source_sha(specs, chunk_hashes.hexdigest())
+
+
+def _with_source_sha(specs: list[ChunkSpec], sha: str) -> tuple[str, list[ChunkSpec]]:
+    return sha, [replace(s, source_sha256=sha) for s in specs]
+
+
+def _plan_whole(path: str, fmt: Format) -> tuple[str, list[ChunkSpec]]:
+    h = hashlib.sha256()
+    size = 0
+    for block in _read_blocks(path):
+        h.update(block)
+        size += len(block)
+    digest = h.hexdigest()
+    if size == 0:
+        return digest, []
+    spec = ChunkSpec(chunk_key=f"{_stem(path, fmt)}_00000_{digest[:8]}", source_path=path,
+                     source_sha256=digest, format=fmt, chunk_index=0, first_line=1,
+                     input_sha256=digest, input_bytes=size, byte_start=0, byte_end=size)
+    return digest, [spec]
+
+
+def _plan_parquet(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
+        raise InputError(f"{path}: not a readable Parquet file ({exc})") from exc
+    md = pf.metadata
+    stem = _stem(path, Format.PARQUET)
+    schema = str(pf.schema_arrow).encode()
+    groups: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i in range(md.num_row_groups):
+        size += md.row_group(i).total_byte_size
+        if size >= chunk_size:
+            groups.append((start, i + 1))
+            start, size = i + 1, 0
+    if start < md.num_row_groups:
+        groups.append((start, md.num_row_groups))
+    specs: list[ChunkSpec] = []
+    source = hashlib.sha256(schema)
+    rows_before = 0
+    with open(path, "rb") as f:
+        for idx, (a, b) in enumerate(groups):
+            digest, nbytes = parquet_digest(f, md, schema, a, b)
+            source.update(bytes.fromhex(digest))
+            specs.append(ChunkSpec(
+                chunk_key=f"{stem}_{idx:05d}_{digest[:8]}", source_path=path, source_sha256="",
+                format=Format.PARQUET, chunk_index=idx, first_line=rows_before + 1,
+                input_sha256=digest, input_bytes=nbytes, row_group_start=a, row_group_end=b))
+            rows_before += sum(md.row_group(i).num_rows for i in range(a, b))
+    return _with_source_sha(specs, source.hexdigest())
+
+
+def plan_file(path: str, fmt: Format, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
+    """Read one input and cut it into chunks; returns (source sha256, chunk specs)."""
+    if fmt is Format.JSONL:
+        return _plan_jsonl(path, chunk_size)
+    if fmt is Format.PARQUET:
+        return _plan_parquet(path, chunk_size)
+    return _plan_whole(path, fmt)

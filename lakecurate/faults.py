@@ -1,0 +1,38 @@
+"""Fault injection for the crash tests: kill or raise at a named point.
+
+``LAKECURATE_FAULT`` holds comma-separated rules ``point:action[:match]``; ``action`` is ``kill``
+(SIGKILL the whole process group, like a power cut or the OOM killer taking the job) or ``raise``;
+``match`` restricts the rule to keys containing that text. Unset, every call is a dictionary
+lookup and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "LAKECURATE_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a ``raise`` rule; looks like any unexpected bug to the runner."""
+
+
+def hit(point: str, key: str = "") -> None:
+    """Act on any rule configured for ``point`` (and ``key``)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    for rule in spec.split(","):
+        parts = rule.strip().split(":", 2)
+        if len(parts) < 2 or parts[0] != point:
+            continue
+        if len(parts) == 3 and parts[2] not in key:
+            continue
+        if parts[1] == "kill":
+            try:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            finally:
+                os.kill(os.getpid(), signal.SIGKILL)
+        if parts[1] == "raise":
+            raise InjectedFault(f"injected fault at {point} ({key})")

@@ -1,0 +1,236 @@
+"""Reading one chunk's records, exactly: every line is parsed on its own, and one that does not
+parse becomes a *malformed* record carrying its raw bytes and the error, never a failed chunk.
+
+(pyarrow's JSON reader accepts invalid UTF-8 silently and DuckDB's drops bad lines with
+``ignore_errors``; per-line ``json.loads`` is exact and fast enough: ~0.45 s per 200 MB.)
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakecurate.errors import PermanentChunkError, TransientError
+from lakecurate.types import ChunkSpec, Format
+
+RECORD_SCHEMA = pa.schema([
+    ("source_line", pa.int64()), ("id", pa.string()), ("text", pa.string()),
+    ("meta", pa.string()), ("raw", pa.binary()), ("kind", pa.string()), ("error", pa.string()),
+])
+
+
+class _HashingReader(io.RawIOBase):
+    """A file wrapper that hashes every byte read, so decompression verifies the input once."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        data = self._f.read(len(b))
+        self.sha.update(data)
+        b[: len(data)] = data
+        return len(data)
+
+    def drain(self) -> None:
+        while data := self._f.read(1 << 20):
+            self.sha.update(data)
+
+
+class Records:
+    """Column builders for one chunk's parsed records."""
+
+    def __init__(self, source_name: str) -> None:
+        self.cols: dict[str, list[Any]] = {n: [] for n in RECORD_SCHEMA.names}
+        self.source_name = source_name
+        self.blank_lines = 0
+
+    def malformed(self, line: int, raw: bytes, kind: str, error: str) -> None:
+        self._append(line, f"{self.source_name}:{line}", None, None, raw, kind, error)
+
+    def add_object(self, line: int, obj: object, raw: bytes | None) -> None:
+        """Validate one decoded record and append it (as a document or as malformed)."""
+        if not isinstance(obj, dict):
+            self.malformed(line, raw or _dump(obj), "not_object",
+                           f"a JSON {type(obj).__name__}, not an object")
+            return
+        rid = obj.get("id")
+        doc_id = (rid if isinstance(rid, str) and rid
+                  else str(rid) if isinstance(rid, int) and not isinstance(rid, bool)
+                  else f"{self.source_name}:{line}")
+        if "text" not in obj:
+            self.malformed(line, raw or _dump(obj), "missing_text", "the record has no 'text'")
+            return
+        text = obj["text"]
+        if not isinstance(text, str):
+            self.malformed(line, raw or _dump(obj), "text_not_string",
+                           f"'text' is {type(text).__name__}, not a string")
+            return
+        meta = {k: v for k, v in obj.items() if k not in ("id", "text")}
+        try:
+            text.encode("utf-8")
+            doc_id.encode("utf-8")
+            meta_json = json.dumps(meta, ensure_ascii=False, default=str) if meta else None
+            if meta_json is not None:
+                meta_json.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            self.malformed(line, raw or _dump(obj), "invalid_unicode",
+                           f"lone surrogate escape: {exc.reason} at {exc.start}")
+            return
+        self._append(line, doc_id, text, meta_json, None, None, None)
+
+    def add_line(self, line: int, raw: bytes) -> None:
+        """Parse one JSONL line (without its newline)."""
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if not raw.strip():
+            self.blank_lines += 1
+            return
+        try:
+            s = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.malformed(line, raw, "invalid_utf8",
+                           f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at offset {exc.start}")
+            return
+        try:
+            obj = json.loads(s)
+        except json.JSONDecodeError as exc:
+            self.malformed(line, raw, "bad_json", f"{exc.msg} at column {exc.colno}")
+            return
+        except RecursionError:
+            self.malformed(line, raw, "bad_json", "nested too deeply")
+            return
+        self.add_object(line, obj, raw)
+
+    def _append(self, *values: Any) -> None:
+        for name, v in zip(RECORD_SCHEMA.names, values, strict=True):
+            self.cols[name].append(v)
+
+    def table(self) -> pa.Table:
+        return pa.table(self.cols, schema=RECORD_SCHEMA)
+
+
+def _dump(obj: object) -> bytes:
+    return json.dumps(obj, ensure_ascii=True, default=str).encode()
+
+
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
+    for line in stream:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def _check(spec: ChunkSpec, digest: str) -> None:
+    if digest != spec.input_sha256:
+        raise PermanentChunkError(
+            f"{spec.source_path} changed after it was planned (chunk {spec.chunk_key}): "
+            "re-run the same ingest command to re-plan the changed file"
+        )
+
+
+def _open(path: str) -> BinaryIO:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as exc:
+        raise PermanentChunkError(f"{path} disappeared after planning: restore it or re-run "
+                                  "the ingest without it") from exc
+    except OSError as exc:
+        raise TransientError(f"cannot open {path}: {exc.strerror}") from exc
+
+
+def read_chunk(spec: ChunkSpec) -> Records:
+    """All records of one chunk, verified against the chunk's sha256."""
+    recs = Records(os.path.basename(spec.source_path))
+    if spec.format is Format.PARQUET:
+        return _read_parquet(spec, recs)
+    with _open(spec.source_path) as f:
+        if spec.format is Format.JSONL:
+            assert spec.byte_start is not None and spec.byte_end is not None
+            f.seek(spec.byte_start)
+            data = f.read(spec.byte_end - spec.byte_start)
+            _check(spec, hashlib.sha256(data).hexdigest())
+            parts = data.split(b"\n")
+            if parts and parts[-1] == b"":
+                parts.pop()
+            for i, raw in enumerate(parts):
+                recs.add_line(spec.first_line + i, raw)
+            return recs
+        hashing = _HashingReader(f)
+        buffered = io.BufferedReader(hashing, 1 << 20)
+        line = spec.first_line
+        try:
+            if spec.format is Format.JSONL_GZ:
+                stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+            else:
+                import zstandard
+
+                stream = io.BufferedReader(  # type: ignore[assignment]
+                    zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True),
+                    1 << 20)
+            for raw in _lines(stream):
+                recs.add_line(line, raw)
+                line += 1
+        except (EOFError, OSError, zlib.error, ValueError) as exc:
+            kind = "gzip" if spec.format is Format.JSONL_GZ else "zstd"
+            raise PermanentChunkError(
+                f"{spec.source_path}: corrupt or truncated {kind} stream after line "
+                f"{line - 1} ({exc}); fix or remove the file and re-run"
+            ) from exc
+        hashing.drain()
+        _check(spec, hashing.sha.hexdigest())
+        return recs
+
+
+def _row_group_span(md: pq.FileMetaData, i: int) -> tuple[int, int]:
+    rg = md.row_group(i)
+    starts, ends = [], []
+    for j in range(rg.num_columns):
+        col = rg.column(j)
+        start = col.data_page_offset
+        if col.has_dictionary_page and col.dictionary_page_offset is not None:
+            start = min(start, col.dictionary_page_offset)
+        starts.append(start)
+        ends.append(start + col.total_compressed_size)
+    return min(starts), max(ends)
+
+
+def parquet_digest(f: BinaryIO, md: pq.FileMetaData, schema: bytes, a: int,
+                   b: int) -> tuple[str, int]:
+    """sha256 of the schema and the bytes of row groups [a, b): the Parquet chunk's identity."""
+    h = hashlib.sha256(schema)
+    nbytes = 0
+    for i in range(a, b):
+        lo, hi = _row_group_span(md, i)
+        f.seek(lo)
+        data = f.read(hi - lo)
+        h.update(data)
+        nbytes += len(data)
+    return h.hexdigest(), nbytes
+
+
+def _read_parquet(spec: ChunkSpec, recs: Records) -> Records:
+    assert spec.row_group_start is not None and spec.row_group_end is not None
+    a, b = spec.row_group_start, spec.row_group_end
+    try:
+        with _open(spec.source_path) as f:
+            pf = pq.ParquetFile(f)
+            _check(spec, parquet_digest(f, pf.metadata, str(pf.schema_arrow).encode(), a, b)[0])
+            table = pf.read_row_groups(list(range(a, b)))
+    except FileNotFoundError as exc:
+        raise PermanentChunkError(f"{spec.source_path} disappeared after planning") from exc
+    except (OSError, ValueError) as exc:
+        raise PermanentChunkError(f"{spec.source_path}: unreadable Parquet ({exc})") from exc
+    for i, row in enumerate(table.to_pylist()):
+        recs.add_object(spec.first_line + i, row, None)
+    return recs

@@ -1,0 +1,39 @@
+"""Progress is an object passed in: the library reports, the CLI draws (the library never prints)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Reporter(Protocol):
+    """Receives the events of a long operation."""
+
+    def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None: ...
+
+    def chunk_done(self, chunk_key: str, input_bytes: int, rows_in: int,
+                   rows_kept: int) -> None: ...
+
+    def chunk_failed(self, chunk_key: str, error: str, dead: bool) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullReporter:
+    """Reports nothing (the default for library callers)."""
+
+    def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None:
+        pass
+
+    def chunk_done(self, chunk_key: str, input_bytes: int, rows_in: int, rows_kept: int) -> None:
+        pass
+
+    def chunk_failed(self, chunk_key: str, error: str, dead: bool) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

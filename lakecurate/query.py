@@ -1,0 +1,87 @@
+"""The read-only SQL surface: the state tables plus ``documents`` / ``docs`` / ``rejects`` views
+over one version of the Delta table.
+
+Read only by construction: the state file is attached READ_ONLY, the documents are an Arrow
+dataset, external access is switched off once the views exist, and only statements that read
+are accepted at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from lakecurate import engine
+from lakecurate.errors import LakeError, QueryError, ReadOnlyError
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.types import DOCUMENT_SCHEMA
+
+_READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+
+
+@dataclass
+class QueryResult:
+    """Columns and rows of one query."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+
+def open_reader(state_path: Path, documents: Path,
+                version: int | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the lake attached read-only and the views bound to ``version``."""
+    if not state_path.exists():
+        raise LakeError(f"no lake at {state_path.parent} (no state.duckdb): run "
+                        "`lakecurate ingest` first, or pass --lake")
+    con = engine.connect()
+    try:
+        con.execute("ATTACH ? AS lake (READ_ONLY)", [str(state_path)])
+    except duckdb.Error as exc:
+        con.close()
+        if "lock" in str(exc).lower():
+            raise LakeError(
+                f"{state_path} is held by a running ingest; read-only queries during an ingest "
+                "are not supported yet: wait for it to finish") from exc
+        raise LakeError(f"cannot open {state_path}: {exc}") from exc
+    con.execute("USE lake")
+    try:
+        ds = DeltaStore(documents).dataset(version)
+    except Exception as exc:
+        con.close()
+        raise LakeError(f"cannot read version {version} of {documents}: {exc}") from exc
+    con.register("documents_dataset", ds if ds is not None else pa.table(
+        {f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA}))
+    con.execute(engine.q("views.create"))
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def run(con: duckdb.DuckDBPyConnection, query: str,
+        params: dict[str, Any] | None = None) -> QueryResult:
+    """Run one read-only query; anything that would write is refused with a clear message."""
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc
+    if not statements:
+        raise QueryError("empty query")
+    for st in statements:
+        kind = str(st.type).rsplit(".", 1)[-1]
+        if kind not in _READ_STATEMENTS:
+            raise ReadOnlyError(
+                f"`lakecurate sql` is read-only: {kind} statements are refused. The lake changes "
+                "only through lakecurate commands (ingest, retry, ...)")
+    try:
+        rel = con.execute(query, params or {})
+        columns = [d[0] for d in rel.description or []]
+        return QueryResult(columns, rel.fetchall())
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc

@@ -1,0 +1,263 @@
+"""``ingest``: plan, dispatch chunks to workers, commit them in chunk-key order, retry, report.
+
+Workers run ahead in any order; commits happen strictly in key order (a chunk still being
+retried holds the commit frontier, not the workers), which is why parallelism, crashes and
+retries never change which document of a duplicate group is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lakecurate.commit import Committer
+from lakecurate.config import Config
+from lakecurate.errors import PermanentChunkError
+from lakecurate.executor import LocalExecutor, default_workers
+from lakecurate.index import DuckDBContentIndex
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lock import LakeLock
+from lakecurate.plan import make_plan
+from lakecurate.progress import NullReporter, Reporter
+from lakecurate.state import StateStore
+from lakecurate.types import ChunkResult, ChunkSpec, Status, WorkOrder
+from lakecurate.worker import read_staged_result, staged_name
+
+HEARTBEAT_SECONDS = 5.0
+
+
+@dataclass
+class LakePaths:
+    """Where everything of one lake lives (design section 3)."""
+
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.duckdb"
+
+    @property
+    def documents(self) -> Path:
+        return self.root / "documents"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "lakecurate.toml"
+
+
+@dataclass
+class IngestReport:
+    """What one ``ingest`` did; the CLI renders it, tests assert on it."""
+
+    run_id: str
+    files: int = 0
+    files_read: int = 0
+    chunks_planned: int = 0
+    chunks_todo: int = 0
+    chunks_committed: int = 0
+    chunks_from_staging: int = 0
+    rows_in: int = 0
+    rows_kept: int = 0
+    rows_superseded: int = 0
+    dead: list[tuple[str, str]] = field(default_factory=list)
+    file_errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.dead and not self.file_errors
+
+    @property
+    def outcome(self) -> str:
+        if self.dead:
+            return "DEAD_CHUNKS"
+        if self.file_errors:
+            return "FILE_ERRORS"
+        return "OK" if self.chunks_todo or self.rows_superseded else "NOTHING_TO_DO"
+
+
+def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | None = None,
+           verify: bool = False, reporter: Reporter | None = None, args: str = "") -> IngestReport:
+    """Run one ingest under the lake lock (see the module docstring)."""
+    reporter = reporter or NullReporter()
+    started = time.perf_counter()
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.staging.mkdir(exist_ok=True)
+    with LakeLock.acquire(paths.lock, "ingest") as lock:
+        state = StateStore.open(paths.state)
+        try:
+            run_id = state.begin_run("ingest", args or json.dumps(inputs), cfg.hash)
+            report = IngestReport(run_id=run_id)
+            if lock.previous:
+                report.notes.append(f"took over the lock of a dead process: {lock.previous}")
+            try:
+                _ingest(paths, inputs, cfg, workers, verify, reporter, state, report)
+            except BaseException as exc:
+                state.reset_running(run_id)
+                state.finish_run(run_id, "FAILED", report.chunks_committed, len(report.dead),
+                                 f"{type(exc).__name__}: {exc}")
+                raise
+            report.seconds = time.perf_counter() - started
+            state.finish_run(run_id, report.outcome, report.chunks_committed, len(report.dead),
+                             "; ".join(report.file_errors)[:2000])
+            return report
+        finally:
+            state.close()
+            reporter.close()
+
+
+def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
+            verify: bool, reporter: Reporter, state: StateStore, report: IngestReport) -> None:
+    delta = DeltaStore(paths.documents)
+    committer = Committer(state, delta, DuckDBContentIndex(state.con), report.run_id, cfg.hash,
+                          cfg.dedup.exact)
+    report.notes += committer.reconcile(paths.staging)
+    state.reset_running(report.run_id)
+
+    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify)
+    report.files, report.files_read = plan.files, plan.files_read
+    report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
+    report.chunks_planned = len(plan.specs)
+    # Superseded rows leave the table before any new chunk is deduplicated against them.
+    report.rows_superseded = committer.supersede(plan.superseded)
+    state.mark_superseded(plan.retired, report.run_id)
+    state.add_planned(plan.specs, plan.sources, report.run_id)
+
+    specs = {s.chunk_key: s for s in plan.specs}
+    todo = state.todo(list(specs))
+    report.chunks_todo = len(todo)
+    report.dead = state.dead_in(list(specs))
+    if report.dead:
+        report.notes.append(f"{len(report.dead)} chunk(s) are DEAD from earlier runs; "
+                            "`lakecurate retry` re-queues them")
+    reporter.planned(len(plan.specs), len(todo), sum(specs[k].input_bytes for k, _, _ in todo))
+    if not todo:
+        return
+    order = WorkOrder(staging_dir=str(paths.staging), run_id=report.run_id,
+                      config_hash=cfg.hash, exact_dedup=cfg.dedup.exact)
+    n_workers = workers or cfg.ingest.workers or default_workers()
+    _Scheduler(state, committer, reporter, report, cfg, order, n_workers).run(
+        [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
+
+
+class _Scheduler:
+    """Feeds the pool, collects results, commits in key order, retries with backoff."""
+
+    def __init__(self, state: StateStore, committer: Committer, reporter: Reporter,
+                 report: IngestReport, cfg: Config, order: WorkOrder, workers: int) -> None:
+        self.state, self.committer, self.reporter = state, committer, reporter
+        self.report, self.cfg, self.order = report, cfg, order
+        self.executor = LocalExecutor(workers)
+        self.workers = workers
+
+    def _staged(self, spec: ChunkSpec) -> ChunkResult | None:
+        path = Path(self.order.staging_dir) / staged_name(spec.chunk_key, self.order.config_hash)
+        result = read_staged_result(path)
+        if (result is None or result.chunk_key != spec.chunk_key
+                or result.input_sha256 != spec.input_sha256):
+            return None
+        result.staged_path = str(path)
+        return result
+
+    def run(self, specs: list[ChunkSpec], attempts: dict[str, int]) -> None:
+        queue = deque(specs)
+        commit_order = [s.chunk_key for s in specs]
+        by_key = {s.chunk_key: s for s in specs}
+        results: dict[str, ChunkResult] = {}
+        inflight: dict[Future[ChunkResult], str] = {}
+        retry_at: dict[str, float] = {}
+        dead: set[str] = set()
+        frontier = 0
+        last_beat = time.monotonic()
+        try:
+            while frontier < len(commit_order):
+                now = time.monotonic()
+                for key in [k for k, t in retry_at.items() if t <= now]:
+                    del retry_at[key]
+                    queue.appendleft(by_key[key])
+                while queue and len(inflight) < 2 * self.workers:
+                    spec = queue.popleft()
+                    staged = self._staged(spec)
+                    if staged is not None:
+                        results[spec.chunk_key] = staged
+                        self.report.chunks_from_staging += 1
+                        continue
+                    self.state.start(spec.chunk_key, self.report.run_id)
+                    attempts[spec.chunk_key] = attempts.get(spec.chunk_key, 0) + 1
+                    inflight[self.executor.submit(spec, self.order)] = spec.chunk_key
+                while frontier < len(commit_order):
+                    key = commit_order[frontier]
+                    if key in dead:
+                        frontier += 1
+                    elif key in results:
+                        self._commit(by_key[key], results.pop(key))
+                        frontier += 1
+                    else:
+                        break
+                if frontier >= len(commit_order) or not (inflight or retry_at or queue):
+                    break
+                timeout = HEARTBEAT_SECONDS
+                if retry_at:
+                    timeout = max(0.0, min(timeout, min(retry_at.values()) - time.monotonic()))
+                done, _ = (wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+                           if inflight else (set(), set()))
+                if not inflight and retry_at:
+                    time.sleep(timeout)
+                broken = False
+                for fut in done:
+                    key = inflight.pop(fut)
+                    try:
+                        results[key] = fut.result()
+                    except BrokenProcessPool as exc:
+                        broken = True
+                        self._failed(by_key[key], exc, attempts, retry_at, dead,
+                                     "a worker process died (killed, or out of memory?)")
+                    except Exception as exc:
+                        self._failed(by_key[key], exc, attempts, retry_at, dead)
+                if broken:
+                    self.executor.reset()
+                if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
+                    self.state.heartbeat(list(inflight.values()))
+                    last_beat = time.monotonic()
+        finally:
+            self.executor.close()
+        self.report.dead = sorted(set(self.report.dead) | {
+            (k, e) for k, e in self.state.dead_in(list(dead))})
+
+    def _commit(self, spec: ChunkSpec, result: ChunkResult) -> None:
+        outcome = self.committer.commit(result)
+        self.report.chunks_committed += 1
+        self.report.rows_in += outcome.rows_in
+        self.report.rows_kept += outcome.rows_kept
+        self.reporter.chunk_done(spec.chunk_key, spec.input_bytes, outcome.rows_in,
+                                 outcome.rows_kept)
+
+    def _failed(self, spec: ChunkSpec, exc: BaseException, attempts: dict[str, int],
+                retry_at: dict[str, float], dead: set[str], why: str | None = None) -> None:
+        key = spec.chunk_key
+        message = why or f"{type(exc).__name__}: {exc}"
+        tb = "".join(traceback.format_exception(exc))
+        is_dead = (isinstance(exc, PermanentChunkError)
+                   or attempts.get(key, 0) >= self.cfg.ingest.max_attempts)
+        self.state.fail(key, is_dead, message, tb, "", self.report.run_id)
+        self.reporter.chunk_failed(key, message, is_dead)
+        if is_dead:
+            dead.add(key)
+        else:
+            backoff = self.cfg.ingest.retry_backoff * 2 ** (attempts.get(key, 1) - 1)
+            retry_at[key] = time.monotonic() + backoff

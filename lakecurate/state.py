@@ -1,0 +1,261 @@
+"""The chunk ledger in ``state.duckdb``: verb methods, each one atomic, each leaving an event.
+
+DuckDB wants few, large transactions, so transitions take lists of keys; the driver is the only
+writer (the lake lock guarantees it), workers never touch this file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from lakecurate import __version__, engine, faults
+from lakecurate.errors import LakeError
+from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
+
+SCHEMA_VERSION_KEY = "schema_version"
+
+
+class StateStore:
+    """Read-write access to one lake's state database."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    @classmethod
+    def open(cls, path: Path) -> StateStore:
+        """Open (creating and migrating as needed) the state database at ``path``."""
+        try:
+            con = engine.connect(path)
+        except duckdb.Error as exc:
+            raise LakeError(f"{path} is not a readable lakecurate state database ({exc}); "
+                            "move it away and run `lakecurate verify --repair`") from exc
+        store = cls(con)
+        store._migrate()
+        return store
+
+    def close(self) -> None:
+        self.con.close()
+
+    def _migrate(self) -> None:
+        have = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'lake_meta'"
+        ).fetchone()
+        current = 0
+        if have and have[0]:
+            row = self.con.execute(engine.q("state.get_meta"), {"key": SCHEMA_VERSION_KEY}).fetchone()
+            current = int(row[0]) if row else 0
+        for number, text in engine.migrations():
+            if number <= current:
+                continue
+            with self.transaction():
+                self.con.execute(text)
+                self._put_meta(SCHEMA_VERSION_KEY, str(number))
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One DuckDB transaction: all of it or none of it survives a crash."""
+        self.con.begin()
+        try:
+            yield
+        except BaseException:
+            self.con.rollback()
+            raise
+        self.con.commit()
+
+    def _x(self, name: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
+        return self.con.execute(engine.q(name), params or {})
+
+    def _put_meta(self, key: str, value: str) -> None:
+        self._x("state.put_meta", {"key": key, "value": value})
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._x("state.get_meta", {"key": key}).fetchone()
+        return row[0] if row else None
+
+    def put_meta(self, key: str, value: str) -> None:
+        self._put_meta(key, value)
+
+    # -- runs -------------------------------------------------------------------------------
+    def begin_run(self, command: str, args: str, config_hash: str) -> str:
+        run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+        with self.transaction():
+            self._x("state.abandon_runs")
+            self._x("state.insert_run", {
+                "run_id": run_id, "command": command, "args": args, "config_hash": config_hash,
+                "version": __version__, "host": socket.gethostname(), "pid": os.getpid()})
+        return run_id
+
+    def finish_run(self, run_id: str, outcome: str, done: int, dead: int, message: str) -> None:
+        self._x("state.finish_run", {"run_id": run_id, "outcome": outcome, "done": done,
+                                     "dead": dead, "message": message})
+
+    # -- the stat cache and the plan --------------------------------------------------------
+    def cached_source(self, path: str) -> tuple[int, int, int, str, int] | None:
+        row = self._x("state.get_source", {"path": path}).fetchone()
+        return tuple(row) if row else None  # type: ignore[return-value]
+
+    def chunks_of_source(self, path: str) -> list[tuple[ChunkSpec, Status]]:
+        out = []
+        for row in self._x("state.chunks_of_source", {"path": path}).fetchall():
+            (key, src, src_sha, fmt, idx, first, sha, nbytes, b0, b1, g0, g1, status) = row
+            out.append((ChunkSpec(chunk_key=key, source_path=src, source_sha256=src_sha,
+                                  format=Format(fmt), chunk_index=idx, first_line=first,
+                                  input_sha256=sha, input_bytes=nbytes, byte_start=b0,
+                                  byte_end=b1, row_group_start=g0, row_group_end=g1),
+                        Status(status)))
+        return out
+
+    def add_planned(self, specs: Sequence[ChunkSpec], sources: Sequence[Any],
+                    run_id: str) -> None:
+        """Record the plan and the stat cache of the files read for it, in one transaction.
+
+        Together, so a crash can never leave a cached source whose chunks were not recorded.
+        New chunks start PENDING.
+        """
+        with self.transaction():
+            if specs:
+                rows = [asdict(s) | {"format": s.format.value} for s in specs]
+                self.con.register("planned", pa.Table.from_pylist(rows))
+                try:
+                    self._x("state.insert_planned", {"run_id": run_id})
+                finally:
+                    self.con.unregister("planned")
+            for src in sources:
+                self._x("state.put_source", {
+                    "path": src.path, "format": src.format.value, "size": src.stat.st_size,
+                    "mtime_ns": src.stat.st_mtime_ns, "inode": src.stat.st_ino,
+                    "sha256": src.sha256, "chunk_size": src.chunk_size})
+
+    # -- transitions ------------------------------------------------------------------------
+    def _event(self, keys: Sequence[str], to: Status, message: str, run_id: str | None) -> None:
+        self._x("state.event", {"keys": list(keys), "to_status": to.value, "message": message,
+                                "run_id": run_id})
+
+    def todo(self, keys: Sequence[str]) -> list[tuple[str, Status, int]]:
+        rows = self._x("state.todo", {"keys": list(keys)}).fetchall()
+        return [(k, Status(s), a) for k, s, a in rows]
+
+    def dead_in(self, keys: Sequence[str]) -> list[tuple[str, str]]:
+        return [tuple(r) for r in self._x("state.dead_in", {"keys": list(keys)}).fetchall()]  # type: ignore[misc]
+
+    def reset_running(self, run_id: str) -> None:
+        with self.transaction():
+            self.con.execute(
+                "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message) "
+                "SELECT now(), $run_id, chunk_key, status, 'PENDING', "
+                "'interrupted: the run that held it ended' FROM chunks WHERE status = 'RUNNING'",
+                {"run_id": run_id})
+            self._x("state.reset_running")
+
+    def start(self, key: str, run_id: str) -> None:
+        with self.transaction():
+            self._event([key], Status.RUNNING, "dispatched to a worker", run_id)
+            self._x("state.start_chunk", {"key": key, "run_id": run_id})
+
+    def heartbeat(self, keys: Sequence[str]) -> None:
+        if keys:
+            self._x("state.heartbeat", {"keys": list(keys)})
+
+    def fail(self, key: str, dead: bool, error: str, tb: str, worker: str, run_id: str) -> None:
+        to = Status.DEAD if dead else Status.FAILED
+        with self.transaction():
+            self._event([key], to, error[:500], run_id)
+            self._x("state.fail_chunk", {"key": key, "to_status": to.value, "error": error,
+                                         "traceback": tb, "worker": worker})
+
+    def requeue_dead(self, keys: Sequence[str] | None, run_id: str | None) -> list[str]:
+        with self.transaction():
+            if keys is not None:
+                self._event(keys, Status.PENDING, "re-queued by `lakecurate retry`", run_id)
+            else:
+                self.con.execute(
+                    "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, "
+                    "message) SELECT now(), $run_id, chunk_key, status, 'PENDING', "
+                    "'re-queued by `lakecurate retry`' FROM chunks WHERE status = 'DEAD'",
+                    {"run_id": run_id})
+            rows = self._x("state.requeue_dead", {"keys": list(keys) if keys else None})
+            return sorted(r[0] for r in rows.fetchall())
+
+    # -- the commit protocol ----------------------------------------------------------------
+    def begin_commit(self, kind: str, keys: Sequence[str], run_id: str,
+                     version_before: int) -> int:
+        """Record the intent of a Delta commit (and its chunks as COMMITTING); returns seq."""
+        with self.transaction():
+            seq = int(self._x("state.next_seq").fetchone()[0])  # type: ignore[index]
+            self._x("state.insert_commit", {
+                "seq": seq, "kind": kind, "keys": list(keys), "run_id": run_id,
+                "intent_ns": time.time_ns(), "version_before": version_before})
+            if kind == "APPEND":
+                self._event(keys, Status.COMMITTING, f"commit seq {seq}", run_id)
+                self._x("state.mark_committing", {"seq": seq, "keys": list(keys)})
+        return seq
+
+    def open_intents(self) -> list[tuple[int, str, list[str], int, int]]:
+        return [tuple(r) for r in self._x("state.open_intents").fetchall()]  # type: ignore[misc]
+
+    def abandon_intent(self, seq: int, keys: Sequence[str], run_id: str) -> None:
+        """A commit that never reached Delta: forget it; its chunks go back to PENDING."""
+        with self.transaction():
+            self.con.execute(
+                "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message)"
+                " SELECT now(), $run_id, chunk_key, status, 'PENDING', $msg FROM chunks "
+                "WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND status = 'COMMITTING'",
+                {"run_id": run_id, "keys": list(keys),
+                 "msg": f"commit seq {seq} was interrupted before Delta; will commit again"})
+            self._x("state.uncommit_chunks", {"keys": list(keys)})
+            self._x("state.drop_intent", {"seq": seq})
+
+    def finish_append(self, seq: int, result: ChunkResult, version: int, kept: pa.Table,
+                      funnel: Sequence[tuple[str, int, int]], run_id: str,
+                      add_hashes: Any) -> None:
+        """Mark the chunk SUCCESS, record its funnel, and index its kept hashes: one transaction.
+
+        ``add_hashes`` is the index's writer, called inside the transaction.
+        """
+        key = result.chunk_key
+        with self.transaction():
+            add_hashes(kept)
+            self._x("state.clear_filter_stats", {"keys": [key]})
+            for step_no, (step, n_in, dropped) in enumerate(funnel):
+                self._x("state.insert_filter_stat", {"key": key, "step": step,
+                                                     "step_no": step_no, "docs_in": n_in,
+                                                     "docs_dropped": dropped})
+            faults.hit("during_state_update", key)
+            self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
+            rows_kept = kept.num_rows
+            self._x("state.succeed_chunk", {
+                "key": key, "version": version, "rows_in": result.rows_in,
+                "rows_kept": rows_kept,
+                "rows_dropped": result.rows_in - rows_kept - result.rows_malformed,
+                "rows_malformed": result.rows_malformed, "worker": result.worker or None})
+            self._x("state.finish_commit", {"seq": seq, "version": version,
+                                            "added": result.rows_in, "removed": 0})
+
+    def finish_supersede(self, seq: int, keys: Sequence[str], version: int, removed: int,
+                         run_id: str, remove_hashes: Any) -> None:
+        with self.transaction():
+            remove_hashes(keys)
+            self._event(keys, Status.SUPERSEDED, "input changed; rows removed from the table",
+                        run_id)
+            self._x("state.supersede_chunks", {"keys": list(keys)})
+            self._x("state.finish_commit", {"seq": seq, "version": version, "added": 0,
+                                            "removed": removed})
+
+    def mark_superseded(self, keys: Sequence[str], run_id: str) -> None:
+        """Chunks that never reached the table: nothing to remove, just retire them."""
+        if keys:
+            with self.transaction():
+                self._event(keys, Status.SUPERSEDED, "input changed before it was committed",
+                            run_id)
+                self._x("state.supersede_chunks", {"keys": list(keys)})

@@ -1,0 +1,92 @@
+"""The worker: a pure function from one chunk to one staged Parquet file and a small result.
+
+It reads only its chunk, writes only ``staging/<chunk_key>.<config_hash>.parquet`` (through a temp
+file, fsync and an atomic rename), and touches neither DuckDB state nor Delta, so it can run in
+any process, on any machine, any number of times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakecurate import engine, faults
+from lakecurate.io import read_chunk
+from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, WorkOrder
+
+RESULT_KEY = b"lakecurate.result"
+
+
+def staged_name(chunk_key: str, config_hash: str) -> str:
+    """The staged file of a chunk under one config; the name says what it holds."""
+    return f"{chunk_key}.{config_hash}.parquet"
+
+
+def write_atomic_parquet(table: pa.Table, path: Path) -> None:
+    """Write, fsync and rename, so a reader never sees a partial file."""
+    tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        faults.hit("staged_write", path.name)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
+    """Parse, normalise, hash and dedup one chunk; stage it; return its counts."""
+    started = time.perf_counter()
+    faults.hit("worker", spec.chunk_key)
+    recs = read_chunk(spec)
+    con = engine.connect(threads=1)
+    try:
+        con.register("records", recs.table())
+        decided = con.sql(engine.q("worker.decide"), params={
+            "exact": order.exact_dedup, "chunk_key": spec.chunk_key,
+            "source_path": spec.source_path, "input_sha256": spec.input_sha256,
+            "run_id": order.run_id, "config_hash": order.config_hash,
+        }).to_arrow_table()
+        con.register("decided", decided)
+        funnel = [tuple(r) for r in con.execute(engine.q("worker.funnel")).fetchall()]
+    finally:
+        con.close()
+    decided = decided.cast(DOCUMENT_SCHEMA)
+    kept = int(pc.sum(decided["kept"]).as_py() or 0)
+    malformed = funnel[0][2]
+    path = Path(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)
+    result = ChunkResult(
+        chunk_key=spec.chunk_key, staged_path=str(path), input_sha256=spec.input_sha256,
+        config_hash=order.config_hash, rows_in=decided.num_rows, rows_kept=kept,
+        rows_dropped=decided.num_rows - kept - malformed, rows_malformed=malformed,
+        blank_lines=recs.blank_lines, filter_stats=funnel,  # type: ignore[arg-type]
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )
+    result.seconds = time.perf_counter() - started
+    meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
+    write_atomic_parquet(decided.replace_schema_metadata(meta), path)
+    return result
+
+
+def read_staged_result(path: Path) -> ChunkResult | None:
+    """The result stored in a staged file, or None if the file is absent or not ours."""
+    try:
+        md = pq.read_schema(path).metadata or {}
+        data = json.loads(md[RESULT_KEY])
+    except (OSError, KeyError, ValueError):
+        return None
+    data["filter_stats"] = [tuple(x) for x in data["filter_stats"]]
+    return ChunkResult(**data)

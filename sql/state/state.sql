@@ -1,0 +1,140 @@
+-- The chunk ledger: every transition is one statement or one transaction, with an event row.
+
+-- name: insert_run
+INSERT INTO runs (run_id, command, args, config_hash, lakecurate_version, host, pid, started_at,
+                  outcome)
+VALUES ($run_id, $command, $args, $config_hash, $version, $host, $pid, now(), 'RUNNING');
+
+-- name: finish_run
+UPDATE runs SET finished_at = now(), outcome = $outcome, chunks_done = $done,
+    chunks_dead = $dead, message = $message
+WHERE run_id = $run_id;
+
+-- name: abandon_runs
+-- Runs still marked RUNNING when a new run takes the lock died without finishing.
+UPDATE runs SET outcome = 'KILLED', message = 'the process ended without finishing (killed?)'
+WHERE outcome = 'RUNNING';
+
+-- name: get_source
+SELECT size, mtime_ns, inode, sha256, chunk_size FROM sources WHERE path = $path;
+
+-- name: put_source
+INSERT OR REPLACE INTO sources VALUES ($path, $format, $size, $mtime_ns, $inode, $sha256,
+                                       $chunk_size, now());
+
+-- name: chunks_of_source
+SELECT chunk_key, source_path, source_sha256, format, chunk_index, first_line, input_sha256,
+       input_bytes, byte_start, byte_end, row_group_start, row_group_end, status
+FROM chunks WHERE source_path = $path ORDER BY chunk_index;
+
+-- name: insert_planned
+-- New chunks become PENDING; a chunk seen before keeps its row (and its history), except that a
+-- SUPERSEDED one whose bytes came back is queued again.
+INSERT INTO chunks (chunk_key, source_path, source_sha256, format, chunk_index, byte_start,
+    byte_end, row_group_start, row_group_end, first_line, input_sha256, input_bytes, status,
+    attempts, run_id, created_at)
+SELECT chunk_key, source_path, source_sha256, format, chunk_index, byte_start, byte_end,
+    row_group_start, row_group_end, first_line, input_sha256, input_bytes, 'PENDING', 0,
+    $run_id, now()
+FROM planned
+ON CONFLICT (chunk_key) DO UPDATE SET
+    status = CASE WHEN chunks.status = 'SUPERSEDED' THEN 'PENDING' ELSE chunks.status END,
+    attempts = CASE WHEN chunks.status = 'SUPERSEDED' THEN 0 ELSE chunks.attempts END;
+
+-- name: event
+INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message)
+SELECT now(), $run_id, chunk_key, status, $to_status, $message
+FROM chunks WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: set_status
+UPDATE chunks SET status = $to_status, run_id = $run_id
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: todo
+-- The chunks of this run's plan that still need work, in commit order.
+SELECT chunk_key, status, attempts FROM chunks
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]))
+  AND status IN ('PENDING', 'FAILED', 'RUNNING', 'COMMITTING')
+ORDER BY chunk_key;
+
+-- name: dead_in
+SELECT chunk_key, last_error FROM chunks
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND status = 'DEAD' ORDER BY chunk_key;
+
+-- name: reset_running
+-- Chunks a dead run left RUNNING go back to PENDING; their attempt did not fail, it was cut off.
+UPDATE chunks SET status = 'PENDING', worker = NULL, heartbeat_at = NULL
+WHERE status = 'RUNNING';
+
+-- name: start_chunk
+UPDATE chunks SET status = 'RUNNING', attempts = attempts + 1, started_at = now(),
+    heartbeat_at = now(), finished_at = NULL, run_id = $run_id
+WHERE chunk_key = $key;
+
+-- name: heartbeat
+UPDATE chunks SET heartbeat_at = now()
+WHERE status = 'RUNNING' AND chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: fail_chunk
+UPDATE chunks SET status = $to_status, last_error = $error, traceback = $traceback,
+    finished_at = now(), worker = $worker
+WHERE chunk_key = $key;
+
+-- name: requeue_dead
+UPDATE chunks SET status = 'PENDING', attempts = 0
+WHERE status = 'DEAD' AND ($keys IS NULL OR chunk_key IN (SELECT unnest($keys::VARCHAR[])))
+RETURNING chunk_key;
+
+-- name: next_seq
+SELECT coalesce(max(seq), 0) + 1 FROM commits;
+
+-- name: insert_commit
+INSERT INTO commits (seq, kind, chunk_keys, status, run_id, intent_ns, table_version_before)
+VALUES ($seq, $kind, $keys, 'INTENT', $run_id, $intent_ns, $version_before);
+
+-- name: mark_committing
+UPDATE chunks SET status = 'COMMITTING', commit_seq = $seq
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: open_intents
+SELECT seq, kind, chunk_keys, intent_ns, table_version_before FROM commits
+WHERE status = 'INTENT' ORDER BY seq;
+
+-- name: drop_intent
+DELETE FROM commits WHERE seq = $seq;
+
+-- name: uncommit_chunks
+-- A commit that never reached the Delta log: its chunks wait for the next attempt to commit.
+UPDATE chunks SET status = 'PENDING', commit_seq = NULL
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND status = 'COMMITTING';
+
+-- name: finish_commit
+UPDATE commits SET status = 'DONE', delta_version = $version, rows_added = $added,
+    rows_removed = $removed, finished_at = now()
+WHERE seq = $seq;
+
+-- name: succeed_chunk
+UPDATE chunks SET status = 'SUCCESS', delta_version = $version, finished_at = now(),
+    rows_in = $rows_in, rows_kept = $rows_kept, rows_dropped = $rows_dropped,
+    rows_malformed = $rows_malformed, worker = coalesce($worker, worker),
+    last_error = NULL, traceback = NULL
+WHERE chunk_key = $key;
+
+-- name: clear_filter_stats
+DELETE FROM filter_stats WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: insert_filter_stat
+INSERT INTO filter_stats VALUES ($key, $step, $step_no, $docs_in, $docs_dropped);
+
+-- name: supersede_chunks
+UPDATE chunks SET status = 'SUPERSEDED', finished_at = now()
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: success_keys
+SELECT chunk_key FROM chunks WHERE status = 'SUCCESS';
+
+-- name: get_meta
+SELECT value FROM lake_meta WHERE key = $key;
+
+-- name: put_meta
+INSERT OR REPLACE INTO lake_meta VALUES ($key, $value);

@@ -1,0 +1,27 @@
+-- `lakecurate status`: answered from the state tables alone (never scans the documents).
+
+-- name: by_status
+SELECT status, count(*) AS chunks, sum(input_bytes) AS input_bytes,
+       coalesce(sum(rows_in), 0) AS rows_in, coalesce(sum(rows_kept), 0) AS rows_kept,
+       coalesce(sum(rows_dropped), 0) AS rows_dropped,
+       coalesce(sum(rows_malformed), 0) AS rows_malformed
+FROM chunks GROUP BY status ORDER BY status;
+
+-- name: failures
+SELECT chunk_key, status, attempts, last_error FROM chunks
+WHERE status IN ('FAILED', 'DEAD') ORDER BY finished_at DESC NULLS LAST, chunk_key LIMIT 20;
+
+-- name: funnel
+SELECT f.step, sum(f.docs_in) AS docs_in, sum(f.docs_dropped) AS docs_dropped
+FROM filter_stats f JOIN chunks c USING (chunk_key)
+WHERE c.status = 'SUCCESS'
+GROUP BY f.step
+ORDER BY min(f.step_no), f.step;
+
+-- name: runs
+SELECT r.run_id, r.command, r.started_at, r.finished_at, r.outcome, r.chunks_done,
+       r.chunks_dead,
+       (SELECT coalesce(sum(c.input_bytes), 0) FROM chunks c
+        WHERE c.run_id = r.run_id AND c.status = 'SUCCESS') AS input_bytes,
+       epoch(coalesce(r.finished_at, now()::TIMESTAMP) - r.started_at) AS seconds
+FROM runs r ORDER BY r.started_at DESC LIMIT $limit;

@@ -1,0 +1,56 @@
+-- Within-chunk decisions, run by a worker over the Arrow table `records` of one chunk.
+-- Normalise (newlines, NFC, outer whitespace), hash, drop empties, keep the first of each
+-- exact-duplicate group in line order. Lake-wide dedup happens later, in the driver.
+
+-- name: decide
+WITH normalised AS (
+    SELECT *,
+        CASE WHEN kind IS NULL THEN regexp_replace(
+            nfc_normalize(replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10))),
+            '^\s+|\s+$', '', 'g') END AS norm
+    FROM records
+), hashed AS (
+    SELECT *, CASE WHEN norm <> '' THEN md5(norm) END AS chash FROM normalised
+), ranked AS (
+    SELECT *,
+        row_number() OVER (PARTITION BY chash ORDER BY source_line) AS dup_rank,
+        first_value(id) OVER (PARTITION BY chash ORDER BY source_line) AS first_id
+    FROM hashed
+)
+SELECT
+    id,
+    norm AS text,
+    meta,
+    raw,
+    (kind IS NULL AND norm <> '' AND (dup_rank = 1 OR NOT $exact)) AS kept,
+    CASE
+        WHEN kind IS NOT NULL THEN 'malformed:' || kind
+        WHEN norm = '' THEN 'filter:empty'
+        WHEN $exact AND dup_rank > 1 THEN 'exact_dup'
+    END AS reason,
+    error,
+    CASE WHEN kind IS NULL AND norm <> '' AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
+    NULL::VARCHAR AS lang,
+    chash AS content_hash,
+    $chunk_key AS chunk_key,
+    $source_path AS source_path,
+    source_line,
+    $input_sha256 AS input_sha256,
+    $run_id AS run_id,
+    $config_hash AS config_hash
+FROM ranked
+ORDER BY source_line;
+
+-- name: funnel
+-- The per-step funnel of one decided chunk: (step, docs_in, docs_dropped), in pipeline order.
+WITH c AS (
+    SELECT
+        count(*) AS n,
+        count(*) FILTER (WHERE reason LIKE 'malformed:%') AS malformed,
+        count(*) FILTER (WHERE reason = 'filter:empty') AS empty,
+        count(*) FILTER (WHERE reason = 'exact_dup') AS dups
+    FROM decided
+)
+SELECT 'parse' AS step, n AS docs_in, malformed AS docs_dropped FROM c
+UNION ALL SELECT 'filter:empty', n - malformed, empty FROM c
+UNION ALL SELECT 'exact_dup:chunk', n - malformed - empty, dups FROM c;
