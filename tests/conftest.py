@@ -1,0 +1,41 @@
+"""Shared fixtures: a generated dirty corpus, a small-chunk config, and a way to run the CLI as a
+real process (the crash tests kill it with SIGKILL)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, SMALL_CONFIG, cli_env, load_generator
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example generator's corpus at a third of its size (several chunks per big file)."""
+    out = tmp_path_factory.mktemp("corpus")
+    load_generator().generate(out, seed=7, scale=0.3)
+    return out
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    """A lakecurate.toml with 64 KiB chunks and fast retries."""
+    path = tmp_path / "lakecurate.toml"
+    path.write_text(SMALL_CONFIG, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """Run ``python -m lakecurate ARGS`` as a real process; returns the completed process."""
+
+    def run(*args: str | Path, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "lakecurate", *map(str, args)],
+                              capture_output=True, text=True, env=cli_env(env), timeout=timeout,
+                              start_new_session=True, cwd=ROOT)
+
+    return run
