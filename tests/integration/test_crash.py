@@ -1,0 +1,125 @@
+"""kill -9 of a real ``lakecurate ingest`` process at the dangerous moments, then a plain re-run:
+the lake must equal one from an uninterrupted run, with nothing duplicated or left behind."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from helpers import ROOT, SMALL_CONFIG, cli_env, lake_rows
+
+from lakecurate import Lake
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cfg") / "lakecurate.toml"
+    path.write_text(SMALL_CONFIG)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(corpus: Path, cfg: Path, tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
+    lake = tmp_path_factory.mktemp("ref") / "lake"
+    assert Lake.open(lake).ingest([corpus], config=cfg, workers=2).ok
+    return lake_rows(lake)
+
+
+def ingest_cmd(corpus: Path, lake: Path, cfg: Path) -> list[str]:
+    return [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
+            "--config", str(cfg), "--workers", "2"]
+
+
+def assert_consistent(lake: Path, reference: list) -> None:  # type: ignore[type-arg]
+    """The invariants every lake must satisfy after any crash and a completed re-run."""
+    assert lake_rows(lake) == reference
+    leftovers = [p for p in lake.rglob("*") if ".tmp" in p.name]
+    assert leftovers == []
+    assert list((lake / "staging").iterdir()) == []
+    dt = DeltaTable(str(lake / "documents"))
+    for uri in dt.file_uris():  # every file the log names exists and is readable
+        pq.read_table(uri)
+    referenced = {os.path.normpath(u) for u in dt.file_uris()}
+    on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")}
+    assert on_disk == referenced  # no orphan data file from an interrupted write
+    lk = Lake.open(lake)
+    committed = {}
+    for entry in dt.history():
+        if "lakecurate.chunk_key" in entry:
+            key = entry["lakecurate.chunk_key"]
+            assert key not in committed, f"{key} committed twice"
+            committed[key] = entry["version"]
+    success = dict(lk.sql("SELECT chunk_key, delta_version FROM chunks "
+                          "WHERE status = 'SUCCESS'").rows)
+    assert success == committed  # DuckDB and the Delta log agree, version for version
+    assert lk.sql("SELECT count(*) FROM commits WHERE status <> 'DONE'").rows[0][0] == 0
+    assert dt.transaction_version("lakecurate") == lk.sql(
+        "SELECT max(seq) FROM commits").rows[0][0]
+    assert lk.sql("SELECT DISTINCT status FROM chunks").rows == [("SUCCESS",)]
+    (n_hashes, n_docs) = lk.sql("SELECT (SELECT count(*) FROM content_hashes), "
+                                "(SELECT count(*) FROM docs)").rows[0]
+    assert n_hashes == n_docs
+
+
+POINTS = [
+    "worker:kill:web_a_00002",               # while workers run
+    "staged_write:kill:web_a_00003",         # a staged file half-written (temp file present)
+    "before_delta_commit:kill:web_a_00001",  # intent recorded, Delta not yet written
+    "after_delta_commit:kill:web_a_00002",   # between the Delta commit and the state update
+    "during_state_update:kill:web_a_00004",  # inside the state transaction
+    "after_delta_commit:kill:forum",         # a later file, after several commits
+]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_kill_at_point_then_rerun(point: str, corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+                                  tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    cmd = ingest_cmd(corpus, lake, cfg)
+    killed = subprocess.run(cmd, env=cli_env({"LAKECURATE_FAULT": point}), cwd=ROOT,
+                            capture_output=True, text=True, start_new_session=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    done = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
+                          start_new_session=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_consistent(lake, reference)
+    # the interrupted run is on record as killed; the re-run as OK
+    outcomes = [r[0] for r in Lake.open(lake).sql(
+        "SELECT outcome FROM runs ORDER BY started_at").rows]
+    assert outcomes == ["KILLED", "OK"]
+
+
+def test_random_kills_until_done(corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+                                 tmp_path: Path) -> None:
+    """SIGKILL the whole ingest at random moments, resuming each time with the same command."""
+    rng = random.Random(20261202)
+    lake = tmp_path / "lake"
+    cmd = ingest_cmd(corpus, lake, cfg)
+    kills = 0
+    for _ in range(12):
+        proc = subprocess.Popen(cmd, env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        time.sleep(rng.uniform(0.3, 2.5))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.communicate(timeout=60)
+        if proc.returncode == 0:
+            break
+    else:
+        done = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True,
+                              start_new_session=True, timeout=300)
+        assert done.returncode == 0
+    assert kills >= 1
+    final = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
+                           start_new_session=True, timeout=300)
+    assert "nothing to do" in final.stdout
+    assert_consistent(lake, reference)
