@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lakecurate.chunking import discover, plan_file
 from lakecurate.errors import InputError
+from lakecurate.progress import NullReporter, Reporter
 from lakecurate.state import StateStore
 from lakecurate.types import ChunkSpec, Format, Status
 
@@ -33,6 +34,7 @@ class Plan:
     """The chunks an ingest must have, and what changed since the last one."""
 
     specs: list[ChunkSpec] = field(default_factory=list)
+    fresh: list[ChunkSpec] = field(default_factory=list)  # from files read now: to record
     sources: list[SourceRecord] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)  # committed chunks whose input changed
     retired: list[str] = field(default_factory=list)  # uncommitted chunks whose input changed
@@ -44,24 +46,30 @@ class Plan:
 
 
 def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
-              verify: bool = False) -> Plan:
+              verify: bool = False, reporter: Reporter | None = None) -> Plan:
     """Discover inputs and cut them into chunks, trusting the stat cache unless ``verify``."""
+    reporter = reporter or NullReporter()
     plan = Plan()
     seen_keys: dict[str, str] = {}
-    for path, fmt in discover(inputs):
+    found = discover(inputs)
+    paths = [p for p, _ in found]
+    cache = state.cached_sources(paths)
+    known = state.chunks_of_sources(paths)
+    for path, fmt in found:
         plan.files += 1
         try:
             st = os.stat(path)
         except OSError as exc:
             plan.file_errors.append(f"{path}: cannot stat ({exc.strerror})")
             continue
-        old = state.chunks_of_source(path)
-        cached = state.cached_source(path)
+        old = known.get(path, [])
+        cached = cache.get(path)
         specs: list[ChunkSpec] | None = None
         if (not verify and cached is not None
                 and cached[:3] == (st.st_size, st.st_mtime_ns, st.st_ino)
                 and cached[4] == chunk_size):
             specs = [s for s, _ in old if s.source_sha256 == cached[3]]
+        fresh = specs is None
         if specs is None:
             try:
                 sha, specs = plan_file(path, fmt, chunk_size)
@@ -71,6 +79,7 @@ def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
             plan.files_read += 1
             plan.bytes_read += st.st_size
             plan.sources.append(SourceRecord(path, fmt, st, sha, chunk_size))
+        reporter.file_planned(path, plan.files, len(found), fresh)
         new_keys = {s.chunk_key for s in specs}
         for spec, status in old:
             if spec.chunk_key in new_keys or status is Status.SUPERSEDED:
@@ -84,4 +93,6 @@ def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
                 continue
             seen_keys[spec.chunk_key] = path
             plan.specs.append(spec)
+            if fresh:
+                plan.fresh.append(spec)
     return plan

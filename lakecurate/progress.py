@@ -8,6 +8,8 @@ from typing import Protocol
 class Reporter(Protocol):
     """Receives the events of a long operation."""
 
+    def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None: ...
+
     def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None: ...
 
     def chunk_done(self, chunk_key: str, input_bytes: int, rows_in: int,
@@ -22,6 +24,9 @@ class Reporter(Protocol):
 
 class NullReporter:
     """Reports nothing (the default for library callers)."""
+
+    def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None:
+        pass
 
     def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None:
         pass

@@ -129,14 +129,14 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     report.notes += committer.reconcile(paths.staging)
     state.reset_running(report.run_id)
 
-    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify)
+    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
     report.files, report.files_read = plan.files, plan.files_read
     report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
     report.chunks_planned = len(plan.specs)
     # Superseded rows leave the table before any new chunk is deduplicated against them.
     report.rows_superseded = committer.supersede(plan.superseded)
     state.mark_superseded(plan.retired, report.run_id)
-    state.add_planned(plan.specs, plan.sources, report.run_id)
+    state.add_planned(plan.fresh, plan.sources, report.run_id)
 
     specs = {s.chunk_key: s for s in plan.specs}
     todo = state.todo(list(specs))

@@ -101,19 +101,26 @@ class StateStore:
                                      "dead": dead, "message": message})
 
     # -- the stat cache and the plan --------------------------------------------------------
-    def cached_source(self, path: str) -> tuple[int, int, int, str, int] | None:
-        row = self._x("state.get_source", {"path": path}).fetchone()
-        return tuple(row) if row else None  # type: ignore[return-value]
+    def cached_sources(self, paths: Sequence[str]) -> dict[str, tuple[int, int, int, str, int]]:
+        """Stat-cache rows (size, mtime_ns, inode, sha256, chunk_size) of these paths."""
+        rows = self._x("state.get_sources", {"paths": list(paths)}).fetchall()
+        return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
 
-    def chunks_of_source(self, path: str) -> list[tuple[ChunkSpec, Status]]:
-        out = []
-        for row in self._x("state.chunks_of_source", {"path": path}).fetchall():
+    def chunks_of_sources(self, paths: Sequence[str]) -> dict[str, list[tuple[ChunkSpec, Status]]]:
+        """Every chunk ever planned from these paths, grouped by path, in chunk order.
+
+        One query for the whole input set: a resume over thousands of files must not issue a
+        query per file.
+        """
+        out: dict[str, list[tuple[ChunkSpec, Status]]] = {}
+        for row in self._x("state.chunks_of_sources", {"paths": list(paths)}).fetchall():
             (key, src, src_sha, fmt, idx, first, sha, nbytes, b0, b1, g0, g1, status) = row
-            out.append((ChunkSpec(chunk_key=key, source_path=src, source_sha256=src_sha,
-                                  format=Format(fmt), chunk_index=idx, first_line=first,
-                                  input_sha256=sha, input_bytes=nbytes, byte_start=b0,
-                                  byte_end=b1, row_group_start=g0, row_group_end=g1),
-                        Status(status)))
+            out.setdefault(src, []).append((
+                ChunkSpec(chunk_key=key, source_path=src, source_sha256=src_sha,
+                          format=Format(fmt), chunk_index=idx, first_line=first,
+                          input_sha256=sha, input_bytes=nbytes, byte_start=b0, byte_end=b1,
+                          row_group_start=g0, row_group_end=g1),
+                Status(status)))
         return out
 
     def add_planned(self, specs: Sequence[ChunkSpec], sources: Sequence[Any],

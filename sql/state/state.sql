@@ -15,17 +15,19 @@ WHERE run_id = $run_id;
 UPDATE runs SET outcome = 'KILLED', message = 'the process ended without finishing (killed?)'
 WHERE outcome = 'RUNNING';
 
--- name: get_source
-SELECT size, mtime_ns, inode, sha256, chunk_size FROM sources WHERE path = $path;
+-- name: get_sources
+SELECT path, size, mtime_ns, inode, sha256, chunk_size FROM sources
+WHERE path IN (SELECT unnest($paths::VARCHAR[]));
 
 -- name: put_source
 INSERT OR REPLACE INTO sources VALUES ($path, $format, $size, $mtime_ns, $inode, $sha256,
                                        $chunk_size, now());
 
--- name: chunks_of_source
+-- name: chunks_of_sources
 SELECT chunk_key, source_path, source_sha256, format, chunk_index, first_line, input_sha256,
        input_bytes, byte_start, byte_end, row_group_start, row_group_end, status
-FROM chunks WHERE source_path = $path ORDER BY chunk_index;
+FROM chunks WHERE source_path IN (SELECT unnest($paths::VARCHAR[]))
+ORDER BY source_path, chunk_index;
 
 -- name: insert_planned
 -- New chunks become PENDING; a chunk seen before keeps its row (and its history), except that a

@@ -1,13 +1,16 @@
 -- Within-chunk decisions, run by a worker over the Arrow table `records` of one chunk.
 -- Normalise (newlines, NFC, outer whitespace), hash, drop empties, keep the first of each
 -- exact-duplicate group in line order. Lake-wide dedup happens later, in the driver.
+-- Outer whitespace is Python's str.isspace() set: RE2's \s is ASCII only, so without \p{Z} etc. a
+-- text of no-break or ideographic spaces would be kept as a non-empty document.
 
 -- name: decide
 WITH normalised AS (
     SELECT *,
         CASE WHEN kind IS NULL THEN regexp_replace(
             nfc_normalize(replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10))),
-            '^\s+|\s+$', '', 'g') END AS norm
+            '^[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+|[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+$', '', 'g')
+        END AS norm
     FROM records
 ), hashed AS (
     SELECT *, CASE WHEN norm <> '' THEN md5(norm) END AS chash FROM normalised
