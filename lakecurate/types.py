@@ -86,10 +86,13 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("meta", pa.string()),            # the record's other fields, as JSON
     pa.field("raw", pa.binary()),             # the raw bytes of a record that did not parse
     pa.field("kept", pa.bool_(), nullable=False),
-    pa.field("reason", pa.string()),          # NULL when kept: filter:<name>, exact_dup, malformed:<kind>
-    pa.field("error", pa.string()),           # detail of a malformed record
-    pa.field("dup_of", pa.string()),          # id of the first document with the same content
+    pa.field("reason", pa.string()),          # NULL if kept; filter:<name>, exact_dup, malformed:<kind>
+    pa.field("detail", pa.string()),          # the measured value that failed, e.g. x.ratio=0.4
+    pa.field("error", pa.string()),           # why a malformed record did not parse
+    pa.field("dup_of", pa.string()),          # id of the kept document this one duplicates
+    pa.field("cluster_id", pa.int64()),       # near-duplicate cluster, when near dedup runs
     pa.field("lang", pa.string()),
+    pa.field("lang_score", pa.float64()),
     pa.field("content_hash", pa.string()),    # md5 hex of the normalised text
     pa.field("chunk_key", pa.string(), nullable=False),
     pa.field("source_path", pa.string(), nullable=False),

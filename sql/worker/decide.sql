@@ -31,9 +31,12 @@ SELECT
         WHEN norm = '' THEN 'filter:empty'
         WHEN $exact AND dup_rank > 1 THEN 'exact_dup'
     END AS reason,
+    NULL::VARCHAR AS detail,
     error,
     CASE WHEN kind IS NULL AND norm <> '' AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
+    NULL::BIGINT AS cluster_id,
     NULL::VARCHAR AS lang,
+    NULL::DOUBLE AS lang_score,
     chash AS content_hash,
     $chunk_key AS chunk_key,
     $source_path AS source_path,
