@@ -14,7 +14,7 @@ import signal
 ENV = "LAKECURATE_FAULT"
 
 
-class InjectedFault(RuntimeError):
+class InjectedFaultError(RuntimeError):
     """Raised by a ``raise`` rule; looks like any unexpected bug to the runner."""
 
 
@@ -35,4 +35,4 @@ def hit(point: str, key: str = "") -> None:
             finally:
                 os.kill(os.getpid(), signal.SIGKILL)
         if parts[1] == "raise":
-            raise InjectedFault(f"injected fault at {point} ({key})")
+            raise InjectedFaultError(f"injected fault at {point} ({key})")

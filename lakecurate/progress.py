@@ -1,4 +1,4 @@
-"""Progress is an object passed in: the library reports, the CLI draws (the library never prints)."""
+"""Progress is an object passed in: the library reports, the CLI draws; the library never prints."""
 
 from __future__ import annotations
 

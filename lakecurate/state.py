@@ -48,12 +48,10 @@ class StateStore:
         self.con.close()
 
     def _migrate(self) -> None:
-        have = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'lake_meta'"
-        ).fetchone()
+        have = self._x("state.has_meta_table").fetchone()
         current = 0
         if have and have[0]:
-            row = self.con.execute(engine.q("state.get_meta"), {"key": SCHEMA_VERSION_KEY}).fetchone()
+            row = self._x("state.get_meta", {"key": SCHEMA_VERSION_KEY}).fetchone()
             current = int(row[0]) if row else 0
         for number, text in engine.migrations():
             if number <= current:
@@ -158,11 +156,9 @@ class StateStore:
 
     def reset_running(self, run_id: str) -> None:
         with self.transaction():
-            self.con.execute(
-                "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message) "
-                "SELECT now(), $run_id, chunk_key, status, 'PENDING', "
-                "'interrupted: the run that held it ended' FROM chunks WHERE status = 'RUNNING'",
-                {"run_id": run_id})
+            self._x("state.event_by_status", {
+                "run_id": run_id, "from_status": "RUNNING", "to_status": "PENDING",
+                "message": "interrupted: the run that held it ended"})
             self._x("state.reset_running")
 
     def start(self, key: str, run_id: str) -> None:
@@ -186,11 +182,9 @@ class StateStore:
             if keys is not None:
                 self._event(keys, Status.PENDING, "re-queued by `lakecurate retry`", run_id)
             else:
-                self.con.execute(
-                    "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, "
-                    "message) SELECT now(), $run_id, chunk_key, status, 'PENDING', "
-                    "'re-queued by `lakecurate retry`' FROM chunks WHERE status = 'DEAD'",
-                    {"run_id": run_id})
+                self._x("state.event_by_status", {
+                    "run_id": run_id, "from_status": "DEAD", "to_status": "PENDING",
+                    "message": "re-queued by `lakecurate retry`"})
             rows = self._x("state.requeue_dead", {"keys": list(keys) if keys else None})
             return sorted(r[0] for r in rows.fetchall())
 
@@ -214,12 +208,8 @@ class StateStore:
     def abandon_intent(self, seq: int, keys: Sequence[str], run_id: str) -> None:
         """A commit that never reached Delta: forget it; its chunks go back to PENDING."""
         with self.transaction():
-            self.con.execute(
-                "INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message)"
-                " SELECT now(), $run_id, chunk_key, status, 'PENDING', $msg FROM chunks "
-                "WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND status = 'COMMITTING'",
-                {"run_id": run_id, "keys": list(keys),
-                 "msg": f"commit seq {seq} was interrupted before Delta; will commit again"})
+            self._event(keys, Status.PENDING,
+                        f"commit seq {seq} was interrupted before Delta; will commit again", run_id)
             self._x("state.uncommit_chunks", {"keys": list(keys)})
             self._x("state.drop_intent", {"seq": seq})
 

@@ -86,7 +86,7 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("meta", pa.string()),            # the record's other fields, as JSON
     pa.field("raw", pa.binary()),             # the raw bytes of a record that did not parse
     pa.field("kept", pa.bool_(), nullable=False),
-    pa.field("reason", pa.string()),          # NULL if kept; filter:<name>, exact_dup, malformed:<kind>
+    pa.field("reason", pa.string()),          # NULL if kept, else filter:<name>, exact_dup, ...
     pa.field("detail", pa.string()),          # the measured value that failed, e.g. x.ratio=0.4
     pa.field("error", pa.string()),           # why a malformed record did not parse
     pa.field("dup_of", pa.string()),          # id of the kept document this one duplicates

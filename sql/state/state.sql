@@ -48,6 +48,11 @@ INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, m
 SELECT now(), $run_id, chunk_key, status, $to_status, $message
 FROM chunks WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
+-- name: event_by_status
+INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message)
+SELECT now(), $run_id, chunk_key, status, $to_status, $message
+FROM chunks WHERE status = $from_status;
+
 -- name: set_status
 UPDATE chunks SET status = $to_status, run_id = $run_id
 WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
@@ -140,3 +145,6 @@ SELECT value FROM lake_meta WHERE key = $key;
 
 -- name: put_meta
 INSERT OR REPLACE INTO lake_meta VALUES ($key, $value);
+
+-- name: has_meta_table
+SELECT count(*) FROM information_schema.tables WHERE table_name = 'lake_meta';

@@ -150,7 +150,7 @@ def test_failing_chunk_goes_dead_others_succeed_and_retry_requeues(
         "SELECT chunk_key, status, attempts, last_error, traceback FROM chunks "
         "WHERE chunk_key LIKE 'web_a_00001%'").rows[0]
     assert status == "DEAD" and attempts == 3
-    assert "InjectedFault" in error and "Traceback" in tb and "faults.py" in tb
+    assert "InjectedFaultError" in error and "Traceback" in tb and "faults.py" in tb
     others = lake.sql("SELECT DISTINCT status FROM chunks WHERE chunk_key <> $k",
                       params={"k": key}).rows
     assert others == [("SUCCESS",)]
