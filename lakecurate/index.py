@@ -40,7 +40,7 @@ class DuckDBContentIndex:
         self.queries = 0
 
     def seen(self, hashes: pa.Array) -> pa.Table:
-        candidates = pa.table({"content_hash": hashes})  # noqa: F841 (scanned by name)
+        candidates = pa.table({"content_hash": hashes})
         self.queries += 1
         self._con.register("candidates", candidates)
         try:

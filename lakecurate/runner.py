@@ -26,7 +26,7 @@ from lakecurate.lock import LakeLock
 from lakecurate.plan import make_plan
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.state import StateStore
-from lakecurate.types import ChunkResult, ChunkSpec, Status, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 from lakecurate.worker import read_staged_result, staged_name
 
 HEARTBEAT_SECONDS = 5.0
