@@ -45,6 +45,7 @@ def discover(inputs: Iterable[str | Path]) -> list[tuple[str, Format]]:
 
     A folder contributes every file with a known suffix; a file named explicitly must have one.
     """
+    inputs = list(inputs)  # iterated twice: a generator would leave the error message empty
     found: dict[str, Format] = {}
     for raw in inputs:
         path = os.path.abspath(os.fspath(raw))

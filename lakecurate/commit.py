@@ -9,6 +9,7 @@ write left behind, so nothing is committed twice and nothing half-written stays 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,12 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate import engine, faults
-from lakecurate.index import ContentIndex
+from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.state import StateStore
 from lakecurate.types import ChunkResult
 
-LAKE_DEDUP_STEP = "exact_dup:lake"
 
 
 @dataclass
@@ -42,7 +42,7 @@ class CommitOutcome:
 class Committer:
     """Commits staged chunks one at a time, in the order the runner hands them over."""
 
-    def __init__(self, state: StateStore, delta: DeltaStore, index: ContentIndex,
+    def __init__(self, state: StateStore, delta: DeltaStore, index: MembershipIndex,
                  run_id: str, config_hash: str, exact_dedup: bool) -> None:
         self.state = state
         self.delta = delta
@@ -52,57 +52,73 @@ class Committer:
         self.exact_dedup = exact_dedup
 
     # -- decisions -------------------------------------------------------------------------
-    def decide(self, staged: pa.Table) -> tuple[pa.Table, int]:
-        """Apply lake-wide exact dedup to a staged chunk; returns (rows, lake duplicates)."""
-        kept_before = int(pc.sum(staged["kept"]).as_py() or 0)
-        if not self.exact_dedup or kept_before == 0:
-            return staged, 0
-        hashes = pc.filter(staged["content_hash"], staged["kept"])
-        seen = self.index.seen(hashes)
-        if seen.num_rows == 0:
-            return staged, 0
+    def decide(self, staged: pa.Table) -> pa.Table:
+        """Apply the lake-wide decisions (duplicate ids, exact duplicates) to a staged chunk."""
+        not_malformed = pc.invert(pc.fill_null(pc.starts_with(staged["reason"], "malformed:"),
+                                               False))
+        given = pc.and_(staged["id_given"], not_malformed)
+        seen_ids = self.index.ids_seen(pc.unique(pc.filter(staged["id"], given)))
+        candidates = pc.is_null(staged["reason"])
+        seen_content = (self.index.content_seen(pc.unique(pc.filter(staged["content_hash"],
+                                                                      candidates)))
+                        if self.exact_dedup else
+                        pa.table({"content_hash": pa.array([], pa.string()),
+                                  "doc_id": pa.array([], pa.string())}))
         con = engine.connect(threads=1)
         try:
             con.register("staged", staged)
-            con.register("seen", seen)
-            rows = con.sql(engine.q("commit.apply_lake_dups")).to_arrow_table()
+            con.register("seen_ids", seen_ids)
+            con.register("seen_content", seen_content)
+            rows = con.sql(engine.q("commit.apply_lake_decisions"),
+                           params={"exact": self.exact_dedup}).to_arrow_table()
         finally:
             con.close()
-        rows = rows.cast(staged.schema)
-        kept_after = int(pc.sum(rows["kept"]).as_py() or 0)
-        return rows, kept_before - kept_after
+        return rows.cast(staged.schema)
 
     @staticmethod
-    def _kept_hashes(rows: pa.Table) -> pa.Table:
-        kept = rows.filter(rows["kept"])
-        return kept.select(["content_hash", "id", "chunk_key"])
+    def _funnel(worker_steps: Sequence[Sequence[object]],
+                rows: pa.Table) -> list[tuple[str, int, int]]:
+        """The worker's steps (its own dedup is redone here), then the lake-wide ones."""
+        con = duckdb.connect()
+        try:
+            con.register("decided", rows)
+            lake = [tuple(r) for r in con.execute(engine.q("commit.dedup_funnel")).fetchall()]
+        finally:
+            con.close()
+        steps = [tuple(s) for s in worker_steps if not str(s[0]).startswith("exact_dup")]
+        return [*steps, *lake]  # type: ignore[list-item]
 
-    def _funnel(self, result: ChunkResult, rows: pa.Table,
-                lake_dups: int) -> list[tuple[str, int, int]]:
-        kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        return [*result.filter_stats, (LAKE_DEDUP_STEP, kept + lake_dups, lake_dups)]
+    def _index(self, rows: pa.Table, seq: int) -> object:
+        """The index writer for this chunk, called inside the state transaction."""
+        kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
+        not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"),
+                                               False))
+        given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
+        return lambda _kept: self.index.add(kept, given, seq)
 
     # -- the protocol ----------------------------------------------------------------------
     def commit(self, result: ChunkResult) -> CommitOutcome:
         """Commit one staged chunk exactly once."""
         staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
-        rows, lake_dups = self.decide(staged)
+        rows = self.decide(staged)
         key = result.chunk_key
+        kept = int(pc.sum(rows["kept"]).as_py() or 0)
+        funnel = self._funnel(result.filter_stats, rows)
         seq = self.state.begin_commit("APPEND", [key], self.run_id, self.delta.version())
         faults.hit("before_delta_commit", key)
-        kept = int(pc.sum(rows["kept"]).as_py() or 0)
+        record = {"rows_in": result.rows_in, "rows_malformed": result.rows_malformed,
+                  "rows_kept": kept, "worker": result.worker, "funnel": funnel}
         metadata = {"lakecurate.chunk_key": key, "lakecurate.run_id": self.run_id,
                     "lakecurate.config_hash": self.config_hash,
                     "lakecurate.rows_in": str(result.rows_in),
                     "lakecurate.rows_kept": str(kept),
-                    "lakecurate.rows_malformed": str(result.rows_malformed)}
+                    "lakecurate.result": json.dumps(record)}
         version = self.delta.append(rows, seq, metadata)
         faults.hit("after_delta_commit", key)
-        self.state.finish_append(seq, result, version, self._kept_hashes(rows),
-                                 self._funnel(result, rows, lake_dups), self.run_id,
-                                 self.index.add)
+        self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
+                                 self.run_id, self._index(rows, seq))
         Path(result.staged_path).unlink(missing_ok=True)
-        return CommitOutcome(key, version, result.rows_in, kept, lake_dups)
+        return CommitOutcome(key, version, result.rows_in, kept, funnel[-1][2])
 
     def supersede(self, keys: Sequence[str]) -> int:
         """Remove the rows of committed chunks whose input changed; returns rows removed."""
@@ -135,47 +151,28 @@ class Committer:
         return notes
 
     def _finalise(self, seq: int, kind: str, keys: list[str]) -> None:
-        version = self.delta.find_commit(seq)
-        if version is None:
-            version = self.delta.version()
+        """Complete step 4 of a commit the Delta log has, from what the log and table hold."""
+        entry = self.delta.find_commit(seq)
+        version = int(entry["version"]) if entry else self.delta.version()
         if kind == "SUPERSEDE":
             self.state.finish_supersede(seq, keys, version, 0, self.run_id,
                                         self.index.remove_chunks)
             return
         (key,) = keys
-        rows = self._committed_rows(key)
-        result = self._result_from_rows(key, rows)
-        self.state.finish_append(seq, result, version, self._kept_hashes(rows),
-                                 self._funnel_from_rows(rows), self.run_id, self.index.add)
-
-    def _committed_rows(self, key: str) -> pa.Table:
         ds = self.delta.dataset()
         assert ds is not None
-        return ds.to_table(columns=["id", "kept", "reason", "content_hash", "chunk_key"],
-                           filter=pc.field("chunk_key") == key)
-
-    @staticmethod
-    def _result_from_rows(key: str, rows: pa.Table) -> ChunkResult:
-        reasons = rows["reason"].to_pylist()
-        malformed = sum(1 for r in reasons if r and r.startswith("malformed:"))
+        rows = ds.to_table(filter=pc.field("chunk_key") == key)
+        record = json.loads(entry["lakecurate.result"]) if entry else {}
         kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        return ChunkResult(chunk_key=key, staged_path="", input_sha256="", config_hash="",
-                           rows_in=rows.num_rows, rows_kept=kept,
-                           rows_dropped=rows.num_rows - kept - malformed,
-                           rows_malformed=malformed, blank_lines=0)
-
-    @staticmethod
-    def _funnel_from_rows(rows: pa.Table) -> list[tuple[str, int, int]]:
-        con = duckdb.connect()
-        try:
-            con.register("decided", rows)
-            funnel = [tuple(r) for r in con.execute(engine.q("worker.funnel")).fetchall()]
-        finally:
-            con.close()
-        # Rows committed as exact_dup cannot tell chunk-level from lake-level duplicates apart;
-        # recovery books them all under the chunk step.
-        kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        return [*funnel, (LAKE_DEDUP_STEP, kept, 0)]  # type: ignore[list-item]
+        malformed = int(record.get("rows_malformed", 0))
+        result = ChunkResult(chunk_key=key, staged_path="", input_sha256="", config_hash="",
+                             rows_in=rows.num_rows, rows_kept=kept,
+                             rows_dropped=rows.num_rows - kept - malformed,
+                             rows_malformed=malformed, blank_lines=0,
+                             worker=str(record.get("worker", "")))
+        funnel = [tuple(s) for s in record.get("funnel", [])]
+        self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
+                                 self.run_id, self._index(rows, seq))
 
     def _remove_orphans(self, intent_ns: int) -> int:
         """Delete data files an interrupted write left: unreferenced and newer than the intent.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -98,7 +99,9 @@ def from_dict(data: dict[str, Any]) -> Config:
     _check_keys("dedup", ded, {"exact"})
     defaults = IngestConfig()
     backoff = ing.get("retry_backoff", defaults.retry_backoff)
-    if not isinstance(backoff, int | float) or isinstance(backoff, bool) or backoff < 0:
+    # TOML allows nan and inf: nan passes `< 0` and would crash time.sleep, inf waits forever.
+    if (not isinstance(backoff, int | float) or isinstance(backoff, bool) or backoff < 0
+            or not math.isfinite(backoff)):
         raise ConfigError(f"[ingest].retry_backoff = {backoff!r}: must be seconds >= 0")
     exact = ded.get("exact", True)
     if not isinstance(exact, bool):

@@ -25,6 +25,7 @@ from lakecurate.types import ChunkSpec, Format
 RECORD_SCHEMA = pa.schema([
     ("source_line", pa.int64()), ("id", pa.string()), ("text", pa.string()),
     ("meta", pa.string()), ("raw", pa.binary()), ("kind", pa.string()), ("error", pa.string()),
+    ("id_given", pa.bool_()),
 ])
 
 
@@ -49,6 +50,59 @@ class _HashingReader(io.RawIOBase):
             self.sha.update(data)
 
 
+class _ZstdFrames(io.RawIOBase):
+    """Decompresses every frame of a .zst stream, and fails on a truncated last frame.
+
+    zstandard's ``stream_reader`` just ends at a cut-off frame, so a truncated file would lose
+    its tail without an error; a ``decompressobj`` per frame tells whether each frame completed.
+    Decoder errors become ``ValueError`` (``ZstdError`` is not one), like gzip's.
+    """
+
+    def __init__(self, f: BinaryIO) -> None:
+        import zstandard
+
+        self._f = f
+        self._dctx = zstandard.ZstdDecompressor()
+        self._error = zstandard.ZstdError
+        self._obj = self._dctx.decompressobj()
+        self._in_frame = False  # input fed to the current frame that has not completed it
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self._pos >= len(self._out):
+            if not self._fill():
+                return 0
+        n = min(len(b), len(self._out) - self._pos)
+        b[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def _fill(self) -> bool:
+        data = self._f.read(1 << 16)
+        if not data:
+            if self._in_frame:
+                raise ValueError("the last zstd frame is incomplete (truncated file)")
+            return False
+        out = []
+        try:
+            while data:
+                out.append(self._obj.decompress(data))
+                self._in_frame = True
+                if not self._obj.eof:
+                    break
+                data = self._obj.unused_data
+                self._obj = self._dctx.decompressobj()
+                self._in_frame = False
+        except self._error as exc:
+            raise ValueError(str(exc)) from exc
+        self._out, self._pos = b"".join(out), 0
+        return True
+
+
 class Records:
     """Column builders for one chunk's parsed records."""
 
@@ -58,7 +112,7 @@ class Records:
         self.blank_lines = 0
 
     def malformed(self, line: int, raw: bytes, kind: str, error: str) -> None:
-        self._append(line, f"{self.source_name}:{line}", None, None, raw, kind, error)
+        self._append(line, f"{self.source_name}:{line}", None, None, raw, kind, error, False)
 
     def add_object(self, line: int, obj: object, raw: bytes | None) -> None:
         """Validate one decoded record and append it (as a document or as malformed)."""
@@ -67,9 +121,9 @@ class Records:
                            f"a JSON {type(obj).__name__}, not an object")
             return
         rid = obj.get("id")
-        doc_id = (rid if isinstance(rid, str) and rid
-                  else str(rid) if isinstance(rid, int) and not isinstance(rid, bool)
-                  else f"{self.source_name}:{line}")
+        usable = ((isinstance(rid, str) and rid != "")
+                  or (isinstance(rid, int) and not isinstance(rid, bool)))
+        doc_id = str(rid) if usable else f"{self.source_name}:{line}"
         if "text" not in obj:
             self.malformed(line, raw or _dump(obj), "missing_text", "the record has no 'text'")
             return
@@ -78,7 +132,9 @@ class Records:
             self.malformed(line, raw or _dump(obj), "text_not_string",
                            f"'text' is {type(text).__name__}, not a string")
             return
-        meta = {k: v for k, v in obj.items() if k not in ("id", "text")}
+        # An id that cannot name the document (null, "", a float, ...) stays in meta: a kept
+        # document has no raw bytes, so dropping it here would lose it for good.
+        meta = {k: v for k, v in obj.items() if k != "text" and (k != "id" or not usable)}
         try:
             text.encode("utf-8")
             doc_id.encode("utf-8")
@@ -89,7 +145,7 @@ class Records:
             self.malformed(line, raw or _dump(obj), "invalid_unicode",
                            f"lone surrogate escape: {exc.reason} at {exc.start}")
             return
-        self._append(line, doc_id, text, meta_json, None, None, None)
+        self._append(line, doc_id, text, meta_json, None, None, None, usable)
 
     def add_line(self, line: int, raw: bytes) -> None:
         """Parse one JSONL line (without its newline)."""
@@ -112,6 +168,9 @@ class Records:
         except RecursionError:
             self.malformed(line, raw, "bad_json", "nested too deeply")
             return
+        except ValueError as exc:  # e.g. an integer over sys.get_int_max_str_digits() digits
+            self.malformed(line, raw, "bad_json", str(exc))
+            return
         self.add_object(line, obj, raw)
 
     def _append(self, *values: Any) -> None:
@@ -131,12 +190,16 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
         yield line[:-1] if line.endswith(b"\n") else line
 
 
+def _changed(spec: ChunkSpec) -> PermanentChunkError:
+    return PermanentChunkError(
+        f"{spec.source_path} changed after it was planned (chunk {spec.chunk_key}): "
+        "re-run the same ingest command to re-plan the changed file"
+    )
+
+
 def _check(spec: ChunkSpec, digest: str) -> None:
     if digest != spec.input_sha256:
-        raise PermanentChunkError(
-            f"{spec.source_path} changed after it was planned (chunk {spec.chunk_key}): "
-            "re-run the same ingest command to re-plan the changed file"
-        )
+        raise _changed(spec)
 
 
 def _open(path: str) -> BinaryIO:
@@ -173,11 +236,7 @@ def read_chunk(spec: ChunkSpec) -> Records:
             if spec.format is Format.JSONL_GZ:
                 stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
             else:
-                import zstandard
-
-                stream = io.BufferedReader(  # type: ignore[assignment]
-                    zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True),
-                    1 << 20)
+                stream = io.BufferedReader(_ZstdFrames(buffered), 1 << 20)  # type: ignore[assignment]
             for raw in _lines(stream):
                 recs.add_line(line, raw)
                 line += 1
@@ -225,6 +284,8 @@ def _read_parquet(spec: ChunkSpec, recs: Records) -> Records:
     try:
         with _open(spec.source_path) as f:
             pf = pq.ParquetFile(f)
+            if b > pf.metadata.num_row_groups:  # rewritten with fewer row groups (IndexError)
+                raise _changed(spec)
             _check(spec, parquet_digest(f, pf.metadata, str(pf.schema_arrow).encode(), a, b)[0])
             table = pf.read_row_groups(list(range(a, b)))
     except FileNotFoundError as exc:

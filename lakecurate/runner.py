@@ -20,7 +20,7 @@ from lakecurate.commit import Committer
 from lakecurate.config import Config
 from lakecurate.errors import PermanentChunkError
 from lakecurate.executor import LocalExecutor, default_workers
-from lakecurate.index import DuckDBContentIndex
+from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.plan import make_plan
@@ -124,7 +124,7 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
 def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
             verify: bool, reporter: Reporter, state: StateStore, report: IngestReport) -> None:
     delta = DeltaStore(paths.documents)
-    committer = Committer(state, delta, DuckDBContentIndex(state.con), report.run_id, cfg.hash,
+    committer = Committer(state, delta, MembershipIndex(state.con), report.run_id, cfg.hash,
                           cfg.dedup.exact)
     report.notes += committer.reconcile(paths.staging)
     state.reset_running(report.run_id)

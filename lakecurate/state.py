@@ -218,7 +218,7 @@ class StateStore:
                       add_hashes: Any) -> None:
         """Mark the chunk SUCCESS, record its funnel, and index its kept hashes: one transaction.
 
-        ``add_hashes`` is the index's writer, called inside the transaction.
+        ``add_hashes`` is the index's writer, called with ``kept`` inside the transaction.
         """
         key = result.chunk_key
         with self.transaction():

@@ -85,14 +85,14 @@ class DeltaStore:
                               "command") from exc
         return self.version(), int(out.get("num_deleted_rows", 0))
 
-    def find_commit(self, seq: int, limit: int = 50) -> int | None:
-        """The version whose commit carried ``seq`` (searching the newest ``limit`` commits)."""
+    def find_commit(self, seq: int, limit: int = 50) -> dict[str, Any] | None:
+        """The commitInfo of the commit that carried ``seq`` (among the newest ``limit``)."""
         dt = self.table()
         if dt is None:
             return None
         for entry in dt.history(limit):
             if entry.get("lakecurate.seq") == str(seq):
-                return int(entry["version"])
+                return entry
         return None
 
     def dataset(self, version: int | None = None) -> pds.Dataset | None:

@@ -1,15 +1,61 @@
--- Driver-side decisions for one staged chunk, applied in chunk-key order (first seen wins).
+-- Driver-side decisions for one staged chunk, made in chunk-key order (first seen wins).
+-- The worker already dropped malformed records and filtered documents; here every remaining
+-- candidate is checked against the whole lake: a document id seen before (an overlapping
+-- snapshot) is skipped as `duplicate_id`, then content seen before, or earlier in this chunk,
+-- is an `exact_dup` of the first document that had it.
 
--- name: apply_lake_dups
--- `staged`: the worker's rows; `seen`: (content_hash, doc_id) of kept rows whose content is
--- already in the lake. Those rows become exact duplicates of the earlier document, and the
--- chunk's own duplicates of them point at that earlier document too.
-SELECT s.* REPLACE (
-    (s.kept AND d.doc_id IS NULL) AS kept,
-    CASE WHEN s.kept AND d.doc_id IS NOT NULL THEN 'exact_dup' ELSE s.reason END AS reason,
-    CASE WHEN d.doc_id IS NOT NULL AND (s.kept OR s.reason = 'exact_dup') THEN d.doc_id
-         ELSE s.dup_of END AS dup_of
+-- name: apply_lake_decisions
+-- `staged`: the worker's rows; `seen_ids(id)`: given ids already in the lake;
+-- `seen_content(content_hash, doc_id)`: kept contents already in the lake.
+WITH flagged AS (
+    SELECT *,
+        (reason IS NULL OR reason = 'exact_dup') AS candidate,
+        (reason IS NULL OR reason NOT LIKE 'malformed:%') AND id_given AS id_checked
+    FROM staged
+), id_ranked AS (
+    SELECT *,
+        candidate AND id_checked AND (
+            id IN (SELECT id FROM seen_ids)
+            OR row_number() OVER (PARTITION BY CASE WHEN id_checked THEN id END
+                                  ORDER BY source_line) > 1
+        ) AS id_dup
+    FROM flagged
+), content_ranked AS (
+    SELECT r.*, sc.doc_id AS lake_doc,
+        row_number() OVER w AS content_rank,
+        first_value(r.id) OVER w AS content_first
+    FROM id_ranked r
+    LEFT JOIN seen_content sc
+        ON $exact AND r.candidate AND NOT r.id_dup AND sc.content_hash = r.content_hash
+    WINDOW w AS (PARTITION BY CASE WHEN r.candidate AND NOT r.id_dup THEN r.content_hash END
+                 ORDER BY r.source_line)
 )
-FROM staged s
-LEFT JOIN seen d ON d.content_hash = s.content_hash
-ORDER BY s.source_line;
+SELECT * EXCLUDE (candidate, id_checked, id_dup, lake_doc, content_rank, content_first) REPLACE (
+    CASE WHEN NOT candidate THEN kept
+         WHEN id_dup THEN false
+         WHEN NOT $exact THEN true
+         ELSE lake_doc IS NULL AND content_rank = 1 END AS kept,
+    CASE WHEN NOT candidate THEN reason
+         WHEN id_dup THEN 'duplicate_id'
+         WHEN NOT $exact THEN NULL
+         WHEN lake_doc IS NOT NULL OR content_rank > 1 THEN 'exact_dup' END AS reason,
+    CASE WHEN NOT candidate THEN dup_of
+         WHEN id_dup THEN id
+         WHEN NOT $exact THEN NULL
+         WHEN lake_doc IS NOT NULL THEN lake_doc
+         WHEN content_rank > 1 THEN content_first END AS dup_of
+)
+FROM content_ranked
+ORDER BY source_line;
+
+-- name: dedup_funnel
+-- The driver's funnel steps, from the decided rows alone (so recovery can recompute them).
+WITH c AS (
+    SELECT
+        count(*) FILTER (WHERE reason IS NULL OR reason IN ('exact_dup', 'duplicate_id')) AS n,
+        count(*) FILTER (WHERE reason = 'duplicate_id') AS id_dups,
+        count(*) FILTER (WHERE reason = 'exact_dup') AS dups
+    FROM decided
+)
+SELECT 'duplicate_id' AS step, n AS docs_in, id_dups AS docs_dropped FROM c
+UNION ALL SELECT 'exact_dup', n - id_dups, dups FROM c;

@@ -22,6 +22,7 @@ WITH normalised AS (
 )
 SELECT
     id,
+    id_given,
     norm AS text,
     meta,
     raw,

@@ -178,3 +178,38 @@ def test_dead_chunk_makes_the_cli_exit_nonzero_and_name_it(corpus: Path, config_
     assert proc.returncode == 0 and "forum_00000_" in proc.stdout
     proc = run_cli("ingest", corpus, "--lake", lake_dir)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_overlapping_snapshot_ids_are_skipped_and_counted(tmp_path: Path,
+                                                          config_file: Path) -> None:
+    """The same document id arriving again (an overlapping crawl) is skipped, whatever its text."""
+    def write(path: Path, docs: list[tuple[str, str]]) -> None:
+        path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
+
+    first, second = tmp_path / "in1", tmp_path / "in2"
+    first.mkdir()
+    second.mkdir()
+    write(first / "snap1.jsonl", [("a", "alpha text"), ("b", "beta text"), ("c", "gamma text")])
+    write(second / "snap2.jsonl", [("b", "beta text"), ("c", "gamma, revised"),
+                                   ("d", "delta text"), ("d", "delta again"),
+                                   ("e", "alpha text")])
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([first], config=config_file).ok
+    assert lake.ingest([second]).ok
+    rows = dict(((i, line), (k, r, d)) for i, line, k, r, d in lake.sql(
+        "SELECT id, source_line, kept, reason, dup_of FROM documents "
+        "WHERE source_path LIKE '%snap2.jsonl'").rows)
+    assert rows[("b", 1)] == (False, "duplicate_id", "b")
+    assert rows[("c", 2)] == (False, "duplicate_id", "c")
+    assert rows[("d", 3)] == (True, None, None)
+    assert rows[("d", 4)] == (False, "duplicate_id", "d")  # a repeat inside the chunk too
+    assert rows[("e", 5)] == (False, "exact_dup", "a")     # new id, known content
+    funnel = dict((s, (i, d)) for s, i, d in lake.sql(
+        "SELECT step, docs_in, docs_dropped FROM filter_stats f JOIN chunks c USING (chunk_key) "
+        "WHERE c.source_path LIKE '%snap2.jsonl'").rows)
+    assert funnel["duplicate_id"] == (5, 3)
+    assert funnel["exact_dup"] == (2, 1)
+    (n_ids,) = lake.sql("SELECT count(*) FROM doc_ids").rows[0]
+    # one row per (id, chunk): a b c from the first chunk, b c d e from the second; an id that
+    # two chunks carry is indexed for both, so superseding one of them keeps it known
+    assert n_ids == 3 + 4

@@ -100,11 +100,19 @@ CREATE TABLE commits (
 );
 
 -- Second tier of the membership index: normalised-content hash (md5 as an integer) of every kept
--- document in the lake.
+-- document in the lake, and md5_number(id) of every source-given document id; `seq` is the commit
+-- that added the row (a Bloom file covering seq <= W is topped up from here).
 CREATE TABLE content_hashes (
     hash            UHUGEINT NOT NULL,
     doc_id          VARCHAR NOT NULL,
-    chunk_key       VARCHAR NOT NULL
+    chunk_key       VARCHAR NOT NULL,
+    seq             BIGINT NOT NULL
+);
+
+CREATE TABLE doc_ids (
+    hash            UHUGEINT NOT NULL,
+    chunk_key       VARCHAR NOT NULL,
+    seq             BIGINT NOT NULL
 );
 
 CREATE TABLE lake_meta (

@@ -1,0 +1,50 @@
+-- Tier 2 of the membership index (authoritative): 128-bit keys of every document id and every
+-- kept content hash in the lake, tagged with the commit seq that added them (so a Bloom file
+-- that covers seq <= W is topped up with seq > W).
+
+-- Keys travel to Python as two UBIGINT halves (Arrow has no 128-bit integer).
+
+-- name: content_keys
+-- `candidates(content_hash)`: md5 hex strings -> the two 64-bit halves of the 128-bit key.
+SELECT content_hash, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
+FROM (SELECT content_hash, ('0x' || content_hash)::UHUGEINT AS k FROM candidates);
+
+-- name: id_keys
+-- `candidates(id)`: document ids -> the two 64-bit halves of md5_number(id).
+SELECT id, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
+FROM (SELECT id, md5_number(id) AS k FROM candidates);
+
+-- name: content_seen
+-- Which of the maybe-keys (`maybe(content_hash, hi, lo)`) are kept somewhere, and as which doc.
+SELECT m.content_hash, h.doc_id FROM maybe m
+JOIN content_hashes h ON h.hash = (m.hi::UHUGEINT << 64) | m.lo::UHUGEINT;
+
+-- name: ids_seen
+SELECT DISTINCT m.id FROM maybe m
+JOIN doc_ids h ON h.hash = (m.hi::UHUGEINT << 64) | m.lo::UHUGEINT;
+
+-- name: add_content
+INSERT INTO content_hashes SELECT ('0x' || content_hash)::UHUGEINT, id, chunk_key, $seq
+FROM new_rows;
+
+-- name: add_ids
+INSERT INTO doc_ids SELECT DISTINCT md5_number(id), chunk_key, $seq FROM new_rows;
+
+-- name: remove_content_of_chunks
+DELETE FROM content_hashes WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: remove_ids_of_chunks
+DELETE FROM doc_ids WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: content_since
+-- Keys added after a Bloom file's watermark (all of them when $since is -1).
+SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
+FROM content_hashes WHERE seq > $since;
+
+-- name: ids_since
+SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
+FROM doc_ids WHERE seq > $since;
+
+-- name: counts
+SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids,
+       (SELECT coalesce(max(seq), 0) FROM commits WHERE status = 'DONE') AS watermark;

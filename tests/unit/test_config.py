@@ -1,0 +1,188 @@
+"""``lakecurate.toml`` parsing: strict keys and types, sizes, round-trips and the config hash."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lakecurate import config
+from lakecurate.config import Config, DedupConfig, IngestConfig
+from lakecurate.errors import ConfigError
+
+
+def test_empty_config_gives_the_defaults() -> None:
+    cfg = config.from_dict({})
+    assert cfg == Config()
+    assert cfg.ingest.chunk_size == 256 * 1024**2
+    assert cfg.ingest.max_attempts == 3
+    assert cfg.ingest.retry_backoff == 1.0
+    assert cfg.ingest.workers == 0
+    assert cfg.dedup.exact is True
+
+
+def test_empty_sections_give_the_defaults() -> None:
+    assert config.from_dict({"ingest": {}, "dedup": {}}) == Config()
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("256MiB", 256 * 1024**2),
+    ("1GB", 1000**3),
+    ("1gib", 1024**3),
+    ("64KiB", 64 * 1024),
+    ("10kb", 10_000),
+    ("1.5KB", 1500),
+    (" 2 MB ", 2_000_000),
+    ("123", 123),
+    ("7B", 7),
+    (1000, 1000),
+    (1, 1),
+])
+def test_parse_size_accepts(value: object, expected: int) -> None:
+    assert config.parse_size(value, "[ingest].chunk_size") == expected
+
+
+@pytest.mark.parametrize("value", [
+    0, -1, "0", "0MB", "0.4B", "-1MB", "", "MB", "12 parsecs", "1TB", "1e6", "1,000",
+    1.5, True, None, [1],
+])
+def test_parse_size_rejects(value: object) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config.parse_size(value, "[ingest].chunk_size")
+    assert "[ingest].chunk_size" in str(exc.value)
+    assert repr(value) in str(exc.value)
+
+
+def test_chunk_size_from_dict() -> None:
+    cfg = config.from_dict({"ingest": {"chunk_size": "64KiB"}})
+    assert cfg.ingest.chunk_size == 65536
+    with pytest.raises(ConfigError, match=r"\[ingest\]\.chunk_size"):
+        config.from_dict({"ingest": {"chunk_size": "lots"}})
+
+
+@pytest.mark.parametrize(("data", "key", "allowed"), [
+    ({"ingets": {}}, "ingets", ["dedup", "ingest"]),
+    ({"ingest": {"chunksize": 5}}, "chunksize",
+     ["chunk_size", "max_attempts", "retry_backoff", "workers"]),
+    ({"dedup": {"fuzzy": True}}, "fuzzy", ["exact"]),
+])
+def test_unknown_keys_are_named_with_the_allowed_ones(data: dict[str, object], key: str,
+                                                      allowed: list[str]) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config.from_dict(data)
+    msg = str(exc.value)
+    assert key in msg
+    assert "allowed keys: " + ", ".join(allowed) in msg
+
+
+def test_section_must_be_a_table() -> None:
+    with pytest.raises(ConfigError, match=r"\[ingest\] must be a table"):
+        config.from_dict({"ingest": 5})
+    with pytest.raises(ConfigError, match=r"\[dedup\] must be a table"):
+        config.from_dict({"dedup": "exact"})
+
+
+@pytest.mark.parametrize("value", [0, -3, "3", True, 2.0, None])
+def test_bad_max_attempts(value: object) -> None:
+    with pytest.raises(ConfigError) as exc:
+        config.from_dict({"ingest": {"max_attempts": value}})
+    assert "[ingest].max_attempts" in str(exc.value)
+    assert ">= 1" in str(exc.value)
+
+
+@pytest.mark.parametrize("value", [-1, "0", False, 1.5])
+def test_bad_workers(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"\[ingest\]\.workers"):
+        config.from_dict({"ingest": {"workers": value}})
+
+
+@pytest.mark.parametrize("value", [-0.5, -1, "1", True, math.nan, math.inf])
+def test_bad_retry_backoff(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"\[ingest\]\.retry_backoff"):
+        config.from_dict({"ingest": {"retry_backoff": value}})
+
+
+def test_retry_backoff_accepts_zero_and_int() -> None:
+    assert config.from_dict({"ingest": {"retry_backoff": 0}}).ingest.retry_backoff == 0.0
+    cfg = config.from_dict({"ingest": {"retry_backoff": 2}})
+    assert cfg.ingest.retry_backoff == 2.0
+    assert isinstance(cfg.ingest.retry_backoff, float)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0, None, "true"])
+def test_bad_exact(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"\[dedup\]\.exact.*true or false"):
+        config.from_dict({"dedup": {"exact": value}})
+
+
+def test_load_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "lakecurate.toml"
+    path.write_text('[ingest]\nchunk_size = "1MiB"\nworkers = 4\n\n[dedup]\nexact = false\n',
+                    encoding="utf-8")
+    cfg = config.load(path)
+    assert cfg.ingest.chunk_size == 1024**2
+    assert cfg.ingest.workers == 4
+    assert cfg.ingest.max_attempts == 3
+    assert cfg.dedup.exact is False
+
+
+def test_load_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.toml"
+    path.write_text("[ingest\nchunk_size = 5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as exc:
+        config.load(path)
+    assert str(path) in str(exc.value)
+    assert "not valid TOML" in str(exc.value)
+
+
+def test_load_missing_file_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as exc:
+        config.load(path)
+    assert str(path) in str(exc.value)
+
+
+def test_load_reports_unknown_key_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "lakecurate.toml"
+    path.write_text("[ingest]\nmax_attempt = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="max_attempt"):
+        config.load(path)
+
+
+@pytest.mark.parametrize("cfg", [
+    Config(),
+    Config(IngestConfig(chunk_size=65536, max_attempts=1, retry_backoff=0.05, workers=8),
+           DedupConfig(exact=False)),
+    Config(IngestConfig(chunk_size=1, max_attempts=99, retry_backoff=0.0, workers=0)),
+    Config(IngestConfig(chunk_size=5 * 1024**4, retry_backoff=1e-05)),
+    Config(IngestConfig(retry_backoff=12345.678)),
+])
+def test_to_toml_round_trips(tmp_path: Path, cfg: Config) -> None:
+    path = tmp_path / "lakecurate.toml"
+    path.write_text(config.to_toml(cfg), encoding="utf-8")
+    loaded = config.load(path)
+    assert loaded == cfg
+    assert loaded.hash == cfg.hash
+
+
+def test_hash_ignores_tuning_but_not_dedup() -> None:
+    base = Config()
+    tuned = Config(ingest=IngestConfig(chunk_size=1024, workers=7, max_attempts=9,
+                                       retry_backoff=0.1))
+    assert tuned.hash == base.hash
+    no_dedup = replace(base, dedup=DedupConfig(exact=False))
+    assert no_dedup.hash != base.hash
+
+
+def test_hash_is_stable_and_short() -> None:
+    first = config.from_dict({"dedup": {"exact": True}}).hash
+    second = Config().hash
+    assert first == second == Config().hash
+    # Canonical: sorted keys, no spaces, so the value cannot depend on dict order or process.
+    canon = f'{{"dedup":{{"exact":true}},"normalisation":{config.NORMALISATION_VERSION}}}'
+    assert first == hashlib.sha256(canon.encode()).hexdigest()[:16]
+    assert config.from_dict({"dedup": {"exact": False}}).hash == Config(
+        dedup=DedupConfig(exact=False)).hash
