@@ -67,20 +67,38 @@ class RichReporter:
 
     def __init__(self) -> None:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = Console(stderr=True)
         self.enabled = self.console.is_terminal
-        self.progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-                                 console=self.console, disable=not self.enabled)
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                                 TimeRemainingColumn(), console=self.console,
+                                 disable=not self.enabled)
         self.task: Any = None
+        self.plan_task: Any = None
         self.started = time.monotonic()
         self.bytes = 0
         self.docs = 0
 
+    def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None:
+        if not self.enabled:
+            return
+        if self.plan_task is None:
+            self.progress.start()
+            self.plan_task = self.progress.add_task("plan", total=total, rate="hashing inputs")
+        self.progress.update(self.plan_task, completed=done)
+
     def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None:
+        if self.plan_task is not None:
+            self.progress.remove_task(self.plan_task)
+            self.plan_task = None
         if chunks_todo:
             self.progress.start()
             self.task = self.progress.add_task("ingest", total=chunks_todo, rate="")
