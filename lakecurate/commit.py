@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import duckdb
@@ -24,7 +24,7 @@ from lakecurate import engine, faults
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.state import StateStore
-from lakecurate.types import ChunkResult
+from lakecurate.types import ChunkResult, ChunkSpec
 
 
 
@@ -97,8 +97,12 @@ class Committer:
         return lambda _kept: self.index.add(kept, given, seq)
 
     # -- the protocol ----------------------------------------------------------------------
-    def commit(self, result: ChunkResult) -> CommitOutcome:
-        """Commit one staged chunk exactly once."""
+    def commit(self, spec: ChunkSpec, result: ChunkResult) -> CommitOutcome:
+        """Commit one staged chunk exactly once.
+
+        The commitInfo carries the chunk's spec and result, so the state can be rebuilt from the
+        Delta log alone (``lakecurate verify --repair``).
+        """
         staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
         rows = self.decide(staged)
         key = result.chunk_key
@@ -107,7 +111,8 @@ class Committer:
         seq = self.state.begin_commit("APPEND", [key], self.run_id, self.delta.version())
         faults.hit("before_delta_commit", key)
         record = {"rows_in": result.rows_in, "rows_malformed": result.rows_malformed,
-                  "rows_kept": kept, "worker": result.worker, "funnel": funnel}
+                  "rows_kept": kept, "worker": result.worker, "funnel": funnel,
+                  "spec": asdict(spec) | {"format": spec.format.value}}
         metadata = {"lakecurate.chunk_key": key, "lakecurate.run_id": self.run_id,
                     "lakecurate.config_hash": self.config_hash,
                     "lakecurate.rows_in": str(result.rows_in),

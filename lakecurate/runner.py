@@ -240,7 +240,7 @@ class _Scheduler:
             (k, e) for k, e in self.state.dead_in(list(dead))})
 
     def _commit(self, spec: ChunkSpec, result: ChunkResult) -> None:
-        outcome = self.committer.commit(result)
+        outcome = self.committer.commit(spec, result)
         self.report.chunks_committed += 1
         self.report.rows_in += outcome.rows_in
         self.report.rows_kept += outcome.rows_kept
