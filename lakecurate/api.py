@@ -14,6 +14,9 @@ from lakecurate import config as configuration
 from lakecurate import engine, query
 from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError
+from lakecurate.commit import Committer
+from lakecurate.index import MembershipIndex
+from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.progress import Reporter
 from lakecurate.runner import IngestReport, LakePaths, ingest
@@ -98,6 +101,33 @@ class Lake:
             )
         finally:
             con.close()
+
+    def restore(self, version: int) -> int:
+        """Make ``version`` the current version (a new commit) and bring the chunk state and
+        the membership index back in line with it; returns the new version number.
+
+        A later ingest is then exactly as if the commits after ``version`` never happened.
+        """
+        if not self.paths.state.exists():
+            raise LakeError(f"no lake at {self.root}: nothing to restore")
+        with LakeLock.acquire(self.paths.lock, "restore"):
+            state = StateStore.open(self.paths.state)
+            try:
+                delta = DeltaStore(self.paths.documents)
+                current = delta.version()
+                if not 0 <= version <= current:
+                    raise LakeError(f"version {version} does not exist: the lake has versions "
+                                    f"0 to {current}")
+                run_id = state.begin_run("restore", str(version), "")
+                committer = Committer(state, delta, MembershipIndex(state.con), run_id, "",
+                                      True)
+                committer.reconcile(self.paths.staging)
+                new_version = committer.restore(version)
+                state.finish_run(run_id, "OK", 0, 0, f"restored version {version} as "
+                                 f"version {new_version}")
+                return new_version
+            finally:
+                state.close()
 
     def retry(self, keys: list[str] | None = None) -> list[str]:
         """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from lakecurate import engine, faults
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.rebuild import resync
 from lakecurate.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec
 
@@ -138,6 +139,20 @@ class Committer:
                                     self.index.remove_chunks)
         return removed
 
+    def restore(self, version: int) -> int:
+        """Make ``version`` current (a new Delta commit) and re-derive the state from it."""
+        seq = self.state.begin_commit("RESTORE", [], self.run_id, self.delta.version())
+        faults.hit("before_delta_commit", "restore")
+        new_version = self.delta.restore(version, seq, {"lakecurate.restored": str(version),
+                                                        "lakecurate.run_id": self.run_id})
+        faults.hit("after_delta_commit", "restore")
+        self.finish_restore(seq, new_version)
+        return new_version
+
+    def finish_restore(self, seq: int, version: int) -> None:
+        resync(self.state, self.delta)
+        self.state.finish_commit(seq, version)
+
     # -- recovery --------------------------------------------------------------------------
     def reconcile(self, staging_dir: Path) -> list[str]:
         """Bring DuckDB in line with the Delta log after a crash; returns what was done."""
@@ -162,6 +177,9 @@ class Committer:
         if kind == "SUPERSEDE":
             self.state.finish_supersede(seq, keys, version, 0, self.run_id,
                                         self.index.remove_chunks)
+            return
+        if kind == "RESTORE":
+            self.finish_restore(seq, version)
             return
         (key,) = keys
         ds = self.delta.dataset()

@@ -239,6 +239,11 @@ class StateStore:
             self._x("state.finish_commit", {"seq": seq, "version": version,
                                             "added": result.rows_in, "removed": 0})
 
+    def finish_commit(self, seq: int, version: int) -> None:
+        """Mark a commit intent DONE (for commits that change no chunk row themselves)."""
+        self._x("state.finish_commit", {"seq": seq, "version": version, "added": 0,
+                                        "removed": 0})
+
     def finish_supersede(self, seq: int, keys: Sequence[str], version: int, removed: int,
                          run_id: str, remove_hashes: Any) -> None:
         with self.transaction():

@@ -85,6 +85,18 @@ class DeltaStore:
                               "command") from exc
         return self.version(), int(out.get("num_deleted_rows", 0))
 
+    def restore(self, version: int, seq: int, metadata: dict[str, str]) -> int:
+        """Make ``version`` the current one with a new commit; returns the new version."""
+        dt = self.table()
+        if dt is None:
+            raise LakeError("the lake has no table yet: nothing to restore")
+        try:
+            dt.restore(version, commit_properties=self._props(seq, metadata))
+        except (DeltaError, OSError) as exc:
+            raise CommitError(f"Delta restore to version {version} failed: {exc}; nothing "
+                              "changed, re-run the same command") from exc
+        return self.version()
+
     def find_commit(self, seq: int, limit: int = 50) -> dict[str, Any] | None:
         """The commitInfo of the commit that carried ``seq`` (among the newest ``limit``)."""
         dt = self.table()

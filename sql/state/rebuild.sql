@@ -1,0 +1,65 @@
+-- Re-deriving the state from the Delta table (restore, verify --repair). `present` is the table's
+-- current (chunk_key, rows, kept) per chunk; `records` the commit metadata of those chunks
+-- (chunk_key, seq, delta_version, rows_in, rows_kept, rows_malformed, worker, spec fields).
+
+-- name: chunks_absent_from_table
+-- Chunks the state calls committed but the table no longer holds: back to PENDING, so the next
+-- ingest of their input processes them again.
+SELECT chunk_key FROM chunks
+WHERE status IN ('SUCCESS', 'COMMITTING') AND chunk_key NOT IN (SELECT chunk_key FROM present);
+
+-- name: chunks_back_in_table
+-- Chunks the table holds but the state does not call SUCCESS (restored, or a lost state file).
+SELECT r.chunk_key FROM records r LEFT JOIN chunks c USING (chunk_key)
+WHERE c.chunk_key IS NULL OR c.status <> 'SUCCESS';
+
+-- name: requeue_absent
+UPDATE chunks SET status = 'PENDING', attempts = 0, commit_seq = NULL, delta_version = NULL
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: upsert_present
+INSERT INTO chunks (chunk_key, source_path, source_sha256, format, chunk_index, byte_start,
+    byte_end, row_group_start, row_group_end, first_line, input_sha256, input_bytes, status,
+    attempts, worker, finished_at, rows_in, rows_kept, rows_dropped, rows_malformed, commit_seq,
+    delta_version, run_id, created_at)
+SELECT chunk_key, source_path, source_sha256, format, chunk_index, byte_start, byte_end,
+    row_group_start, row_group_end, first_line, input_sha256, input_bytes, 'SUCCESS', 1, worker,
+    now(), rows_in, rows_kept, rows_in - rows_kept - rows_malformed, rows_malformed, seq,
+    delta_version, run_id, now()
+FROM records
+ON CONFLICT (chunk_key) DO UPDATE SET status = 'SUCCESS', commit_seq = excluded.commit_seq,
+    delta_version = excluded.delta_version, rows_in = excluded.rows_in,
+    rows_kept = excluded.rows_kept, rows_dropped = excluded.rows_dropped,
+    rows_malformed = excluded.rows_malformed, last_error = NULL, traceback = NULL;
+
+-- name: clear_index
+DELETE FROM content_hashes;
+
+-- name: clear_ids
+DELETE FROM doc_ids;
+
+-- name: index_from_table
+INSERT INTO content_hashes
+SELECT ('0x' || d.content_hash)::UHUGEINT, d.id, d.chunk_key, r.seq
+FROM table_rows d JOIN records r USING (chunk_key) WHERE d.kept;
+
+-- name: ids_from_table
+INSERT INTO doc_ids
+SELECT DISTINCT md5_number(d.id), d.chunk_key, r.seq
+FROM table_rows d JOIN records r USING (chunk_key)
+WHERE d.id_given AND (d.reason IS NULL OR d.reason NOT LIKE 'malformed:%');
+
+-- name: clear_stat_cache
+-- Forget the stat cache: the next ingest re-hashes its inputs once and finds its chunks by key.
+DELETE FROM sources;
+
+-- name: clear_funnel_of_present
+DELETE FROM filter_stats WHERE chunk_key IN (SELECT chunk_key FROM records);
+
+-- name: insert_missing_commits
+INSERT INTO commits (seq, kind, chunk_keys, status, run_id, intent_ns, delta_version, finished_at)
+SELECT seq, kind, chunk_keys, 'DONE', run_id, 0, delta_version, now()
+FROM log_commits WHERE seq NOT IN (SELECT seq FROM commits);
+
+-- name: count_commits
+SELECT count(*) FROM commits;
