@@ -12,9 +12,9 @@ from typing import Any
 
 from lakecurate import config as configuration
 from lakecurate import engine, query
+from lakecurate.commit import Committer
 from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError
-from lakecurate.commit import Committer
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock

@@ -28,7 +28,6 @@ from lakecurate.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec
 
 
-
 @dataclass
 class CommitOutcome:
     """What one chunk's commit did."""

@@ -84,10 +84,10 @@ def test_kill_at_point_then_rerun(point: str, corpus: Path, cfg: Path, reference
                                   tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     cmd = ingest_cmd(corpus, lake, cfg)
-    killed = subprocess.run(cmd, env=cli_env({"LAKECURATE_FAULT": point}), cwd=ROOT,
+    killed = subprocess.run(cmd, check=False, env=cli_env({"LAKECURATE_FAULT": point}), cwd=ROOT,
                             capture_output=True, text=True, start_new_session=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    done = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
+    done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
                           start_new_session=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_consistent(lake, reference)
@@ -115,11 +115,11 @@ def test_random_kills_until_done(corpus: Path, cfg: Path, reference: list,  # ty
         if proc.returncode == 0:
             break
     else:
-        done = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True,
+        done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
                               start_new_session=True, timeout=300)
         assert done.returncode == 0
     assert kills >= 1
-    final = subprocess.run(cmd, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
-                           start_new_session=True, timeout=300)
+    final = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
+                           text=True, start_new_session=True, timeout=300)
     assert "nothing to do" in final.stdout
     assert_consistent(lake, reference)
