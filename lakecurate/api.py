@@ -21,6 +21,7 @@ from lakecurate.lock import LakeLock
 from lakecurate.progress import Reporter
 from lakecurate.runner import IngestReport, LakePaths, ingest
 from lakecurate.state import StateStore
+from lakecurate.verify import VerifyReport, verify
 
 
 @dataclass
@@ -128,6 +129,10 @@ class Lake:
                 return new_version
             finally:
                 state.close()
+
+    def verify(self, *, repair: bool = False) -> VerifyReport:
+        """Check that table, log, state and index agree; with ``repair``, fix what can be."""
+        return verify(self.root, repair=repair)
 
     def retry(self, keys: list[str] | None = None) -> list[str]:
         """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""
