@@ -1,7 +1,8 @@
 """Fault injection for the crash tests: kill or raise at a named point.
 
 ``LAKECURATE_FAULT`` holds comma-separated rules ``point:action[:match]``; ``action`` is ``kill``
-(SIGKILL the whole process group, like a power cut or the OOM killer taking the job) or ``raise``;
+(SIGKILL the whole process group, like a power cut or the OOM killer taking the job), ``raise``,
+or ``sleep`` (one second: slows a run down so a test can watch it from outside);
 ``match`` restricts the rule to keys containing that text. Unset, every call is a dictionary
 lookup and nothing else.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 ENV = "LAKECURATE_FAULT"
 
@@ -34,5 +36,7 @@ def hit(point: str, key: str = "") -> None:
                 os.killpg(os.getpgid(0), signal.SIGKILL)
             finally:
                 os.kill(os.getpid(), signal.SIGKILL)
+        if parts[1] == "sleep":
+            time.sleep(1.0)
         if parts[1] == "raise":
             raise InjectedFaultError(f"injected fault at {point} ({key})")

@@ -25,11 +25,12 @@ from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.plan import make_plan
 from lakecurate.progress import NullReporter, Reporter
-from lakecurate.state import StateStore
+from lakecurate.state import SNAPSHOT_NAME, StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 from lakecurate.worker import read_staged_result, staged_name
 
 HEARTBEAT_SECONDS = 5.0
+SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
 
 
 @dataclass
@@ -53,6 +54,10 @@ class LakePaths:
     @property
     def lock(self) -> Path:
         return self.root / "lock"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / SNAPSHOT_NAME
 
     @property
     def config(self) -> Path:
@@ -115,6 +120,7 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
             report.seconds = time.perf_counter() - started
             state.finish_run(run_id, report.outcome, report.chunks_committed, len(report.dead),
                              "; ".join(report.file_errors)[:2000])
+            state.publish_snapshot(paths.snapshot)
             return report
         finally:
             state.close()
@@ -127,6 +133,8 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     committer = Committer(state, delta, MembershipIndex(state.con), report.run_id, cfg.hash,
                           cfg.dedup.exact)
     report.notes += committer.reconcile(paths.staging)
+    for leftover in paths.root.glob("*.tmp_*"):  # e.g. a snapshot cut off by a kill
+        leftover.unlink(missing_ok=True)
     state.reset_running(report.run_id)
 
     plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
@@ -137,6 +145,7 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     report.rows_superseded = committer.supersede(plan.superseded)
     state.mark_superseded(plan.retired, report.run_id)
     state.add_planned(plan.fresh, plan.sources, report.run_id)
+    state.publish_snapshot(paths.snapshot)
 
     specs = {s.chunk_key: s for s in plan.specs}
     todo = state.todo(list(specs))
@@ -151,7 +160,8 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     order = WorkOrder(staging_dir=str(paths.staging), run_id=report.run_id,
                       config_hash=cfg.hash, exact_dedup=cfg.dedup.exact)
     n_workers = workers or cfg.ingest.workers or default_workers()
-    _Scheduler(state, committer, reporter, report, cfg, order, n_workers).run(
+    _Scheduler(state, committer, reporter, report, cfg, order, n_workers,
+               paths.snapshot).run(
         [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
 
 
@@ -159,8 +169,11 @@ class _Scheduler:
     """Feeds the pool, collects results, commits in key order, retries with backoff."""
 
     def __init__(self, state: StateStore, committer: Committer, reporter: Reporter,
-                 report: IngestReport, cfg: Config, order: WorkOrder, workers: int) -> None:
+                 report: IngestReport, cfg: Config, order: WorkOrder, workers: int,
+                 snapshot: Path) -> None:
         self.state, self.committer, self.reporter = state, committer, reporter
+        self.snapshot = snapshot
+        self.published = time.monotonic()
         self.report, self.cfg, self.order = report, cfg, order
         self.executor = LocalExecutor(workers)
         self.workers = workers
@@ -246,6 +259,9 @@ class _Scheduler:
         self.report.rows_kept += outcome.rows_kept
         self.reporter.chunk_done(spec.chunk_key, spec.input_bytes, outcome.rows_in,
                                  outcome.rows_kept)
+        if time.monotonic() - self.published > SNAPSHOT_SECONDS:
+            self.state.publish_snapshot(self.snapshot)
+            self.published = time.monotonic()
 
     def _failed(self, spec: ChunkSpec, exc: BaseException, attempts: dict[str, int],
                 retry_at: dict[str, float], dead: set[str], why: str | None = None) -> None:

@@ -24,6 +24,11 @@ from lakecurate.errors import LakeError
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
 
 SCHEMA_VERSION_KEY = "schema_version"
+# The tables readers see while an ingest holds the state file; the large index tables are left
+# out (they are the driver's business, and copying them would cost more than the ingest).
+SNAPSHOT_NAME = "state.snapshot.duckdb"
+SNAPSHOT_TABLES = ("runs", "sources", "chunks", "chunk_events", "filter_stats", "commits",
+                   "lake_meta")
 
 
 class StateStore:
@@ -83,6 +88,33 @@ class StateStore:
 
     def put_meta(self, key: str, value: str) -> None:
         self._put_meta(key, value)
+
+    def publish_snapshot(self, path: Path) -> None:
+        """Publish a consistent copy of the small state tables for concurrent readers.
+
+        DuckDB lets no other process open a file a writer holds, so ``status`` and ``sql``
+        read this instead during an ingest: written to a temp file in one read transaction,
+        fsynced, renamed over the previous one.
+        """
+        tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
+        try:
+            self._x("state.attach_snapshot", {"path": str(tmp)})
+            try:
+                with self.transaction():
+                    for table in SNAPSHOT_TABLES:
+                        self.con.execute(engine.q("state.snapshot_table").format(
+                            table=engine.quote_ident(table)))
+            finally:
+                self._x("state.detach_snapshot")
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
     # -- runs -------------------------------------------------------------------------------
     def begin_run(self, command: str, args: str, config_hash: str) -> str:

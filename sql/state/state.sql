@@ -148,3 +148,13 @@ INSERT OR REPLACE INTO lake_meta VALUES ($key, $value);
 
 -- name: has_meta_table
 SELECT count(*) FROM information_schema.tables WHERE table_name = 'lake_meta';
+
+-- name: snapshot_table
+-- Copy one state table into the snapshot being published (identifier quoted by the caller).
+CREATE TABLE snap.{table} AS SELECT * FROM main.{table};
+
+-- name: attach_snapshot
+ATTACH $path AS snap;
+
+-- name: detach_snapshot
+DETACH snap;
