@@ -14,10 +14,13 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as pds
+import pyarrow.fs as pafs
 
 from lakecurate import engine
 from lakecurate.errors import LakeError, QueryError, ReadOnlyError
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.state import SNAPSHOT_NAME
 from lakecurate.types import DOCUMENT_SCHEMA
 
 _READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
@@ -44,24 +47,56 @@ def open_reader(state_path: Path, documents: Path,
     try:
         con.execute("ATTACH ? AS lake (READ_ONLY)", [str(state_path)])
     except duckdb.Error as exc:
-        con.close()
-        if "lock" in str(exc).lower():
+        # A running ingest holds the file (DuckDB allows no reader beside a writer process):
+        # read the consistent snapshot of the state tables it publishes instead.
+        snapshot = state_path.with_name(SNAPSHOT_NAME)
+        if "lock" not in str(exc).lower():
+            con.close()
+            raise LakeError(f"cannot open {state_path}: {exc}") from exc
+        try:
+            con.execute("ATTACH ? AS lake (READ_ONLY)", [str(snapshot)])
+        except duckdb.Error as exc2:
+            con.close()
             raise LakeError(
-                f"{state_path} is held by a running ingest; read-only queries during an ingest "
-                "are not supported yet: wait for it to finish") from exc
-        raise LakeError(f"cannot open {state_path}: {exc}") from exc
+                f"{state_path} is held by a running ingest and no state snapshot is readable "
+                f"yet ({exc2}); try again in a few seconds") from exc
     con.execute("USE lake")
     try:
         ds = DeltaStore(documents).dataset(version)
     except Exception as exc:
         con.close()
         raise LakeError(f"cannot read version {version} of {documents}: {exc}") from exc
-    con.register("documents_dataset", ds if ds is not None else pa.table(
+    con.register("documents_dataset", _native_local(ds, documents) if ds is not None else pa.table(
         {f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA}))
     con.execute(engine.q("views.create"))
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
+    """``ds`` with its Parquet files read through Arrow's own local filesystem.
+
+    deltalake's dataset reads through a filesystem implemented in Python (a ``PyFileSystem``
+    over its ``DeltaStorageHandler``). When DuckDB stops a scan early (``LIMIT``), Arrow's
+    prefetching I/O threads are still calling into that Python object while the interpreter
+    shuts down, and the process segfaults, aborts or hangs *after* printing the right answer
+    (``lakecurate sql "SELECT * FROM docs LIMIT 3"`` exited 134/139 or hung most of the time).
+    The native filesystem has no Python in the read path. Same fragments, schema and partition
+    expressions (they carry the file statistics used for pruning); a dataset that is not plain
+    local files is returned unchanged. (The natural home of this is ``DeltaStore.dataset``.)
+    """
+    if not isinstance(ds, pds.FileSystemDataset) or not isinstance(ds.filesystem,
+                                                                   pafs.PyFileSystem):
+        return ds
+    fragments = list(ds.get_fragments())
+    if any("://" in f.path for f in fragments):
+        return ds
+    fs = pafs.SubTreeFileSystem(str(root.resolve()), pafs.LocalFileSystem())
+    fmt = ds.format
+    return pds.FileSystemDataset(
+        [fmt.make_fragment(f.path, filesystem=fs, partition_expression=f.partition_expression)
+         for f in fragments], ds.schema, fmt, fs)
 
 
 def run(con: duckdb.DuckDBPyConnection, query: str,
