@@ -19,9 +19,19 @@ GROUP BY f.step
 ORDER BY min(f.step_no), f.step;
 
 -- name: runs
-SELECT r.run_id, r.command, r.started_at, r.finished_at, r.outcome, r.chunks_done,
-       r.chunks_dead,
-       (SELECT coalesce(sum(c.input_bytes), 0) FROM chunks c
-        WHERE c.run_id = r.run_id AND c.status = 'SUCCESS') AS input_bytes,
-       epoch(coalesce(r.finished_at, now()::TIMESTAMP) - r.started_at) AS seconds
-FROM runs r ORDER BY r.started_at DESC LIMIT $limit;
+-- Recent runs with their throughput (input MB/s and documents/s of the chunks they committed).
+WITH r AS (
+    SELECT r.run_id, r.command, r.started_at, r.finished_at, r.outcome, r.chunks_done,
+           r.chunks_dead,
+           (SELECT coalesce(sum(c.input_bytes), 0) FROM chunks c
+            WHERE c.run_id = r.run_id AND c.status = 'SUCCESS') AS input_bytes,
+           (SELECT coalesce(sum(c.rows_in), 0) FROM chunks c
+            WHERE c.run_id = r.run_id AND c.status = 'SUCCESS') AS docs,
+           epoch(coalesce(r.finished_at, now()::TIMESTAMP) - r.started_at) AS seconds
+    FROM runs r
+)
+SELECT run_id, command, started_at, outcome, chunks_done, chunks_dead, docs,
+       round(seconds, 2) AS seconds,
+       round(input_bytes / nullif(seconds, 0) / 1e6, 2) AS mb_per_s,
+       round(docs / nullif(seconds, 0)) AS docs_per_s
+FROM r ORDER BY started_at DESC LIMIT $limit;
