@@ -1,0 +1,284 @@
+"""MinHash inside DuckDB: Arrow UDFs for signatures, and the lake-wide LSH index chunks match.
+
+Two halves, for the two sides of the pipeline (design section 7):
+
+- Workers (parallel): :func:`register_minhash_udf` puts vectorised Arrow UDFs on a connection, so a
+  chunk's signatures and band hashes are one SQL expression over the whole batch
+  (``minhash_bands(minhash_signature(text))``); or call :func:`chunk_signatures` directly.
+- The driver (sequential, in chunk order): :class:`NearDedupIndex` matches each chunk against the
+  band index of everything already in the lake and within itself, then adds the chunk to the index.
+
+Determinism: every decision is a function of the documents in ``doc_seq`` order only. A document's
+cluster is the smallest cluster among its *earlier* neighbours (or itself), so a later chunk never
+changes an earlier decision and running chunk by chunk equals running everything as one chunk.
+This module never opens a database: it is handed a connection (``engine.connect`` opens them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import duckdb
+import duckdb.func
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from lakecurate import engine
+from lakecurate.dedup import minhash
+from lakecurate.dedup.minhash import MinHashConfig
+from lakecurate.errors import LakeError
+
+ROW_BITS = 32
+"""doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
+
+MAX_ROUNDS = 10_000
+
+CHUNK_SCHEMA = pa.schema([
+    pa.field("doc_seq", pa.int64(), nullable=False),
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("bands", pa.list_(pa.uint64())),
+    pa.field("signature", pa.list_(pa.uint32())),
+])
+"""What :meth:`NearDedupIndex.match_chunk` takes: NULL bands for a document without tokens."""
+
+RESULT_SCHEMA = pa.schema([
+    pa.field("doc_seq", pa.int64(), nullable=False),
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("cluster_id", pa.int64()),
+    pa.field("dup_of", pa.string()),
+])
+
+
+def make_doc_seq(chunk_ordinal: int, rows: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Global order keys of a chunk's rows; both parts can be read back with ``split_doc_seq``.
+
+    ``chunk_ordinal`` must grow in the order the driver processes chunks (its commit order, not
+    the chunk key's sort order: a crawl added later comes later); ``rows`` is each document's
+    0-based rank in line order within the chunk.
+    """
+    r = np.asarray(rows, dtype=np.int64)
+    if not 0 <= chunk_ordinal < 2**31 - 1:
+        raise ValueError(f"chunk ordinal {chunk_ordinal} out of range")
+    if len(r) and (r.min() < 0 or r.max() >= 2**ROW_BITS):
+        raise ValueError("row numbers must be in [0, 2**32)")
+    return (np.int64(chunk_ordinal) << np.int64(ROW_BITS)) | r
+
+
+def split_doc_seq(doc_seq: int) -> tuple[int, int]:
+    """(chunk ordinal, row in chunk) of an order key."""
+    return doc_seq >> ROW_BITS, doc_seq & ((1 << ROW_BITS) - 1)
+
+
+# -- signatures as Arrow ---------------------------------------------------------------------------
+def _list_array(matrix: npt.NDArray[np.generic], valid: npt.NDArray[np.bool_],
+                value_type: pa.DataType) -> pa.Array:
+    """A list column of equal-length rows from a matrix, NULL where not ``valid``, zero copy."""
+    n, width = matrix.shape
+    offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+    values = pa.array(np.ascontiguousarray(matrix).reshape(-1), type=value_type)
+    arr = pa.ListArray.from_arrays(offsets, values)
+    if valid.all():
+        return arr
+    mask = pa.array(~valid)
+    return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+
+def _matrix(col: pa.Array | pa.ChunkedArray, width: int) -> minhash.U32:
+    """A list column of signatures (NULL rows allowed) as an (n, width) matrix, NULL -> EMPTY."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    out: minhash.U32 = np.full((n, width), minhash.EMPTY, dtype=np.uint32)
+    if n == 0:
+        return out
+    valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    values = col.values.to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets)
+    if (lengths[valid] != width).any():
+        raise LakeError(f"signature rows must have {width} values: the config changed between "
+                        "the workers and the driver")
+    rows = np.flatnonzero(valid)
+    idx = offsets[rows, None] + np.arange(width)[None, :]
+    out[rows] = values[idx]
+    return out
+
+
+def chunk_signatures(texts: Sequence[str], cfg: MinHashConfig) -> tuple[pa.Array, pa.Array]:
+    """(signature, bands) list columns for ``texts``; both NULL for a text without tokens.
+
+    This is what a worker computes for each kept document of its chunk; the driver only joins.
+    """
+    sig = minhash.signatures_of_texts(texts, cfg)
+    valid = ~minhash.is_empty(sig)
+    bands = minhash.band_hashes(sig, *cfg.layout)
+    return (_list_array(sig, valid, pa.uint32()), _list_array(bands, valid, pa.uint64()))
+
+
+def chunk_table(doc_seq: npt.ArrayLike, doc_ids: Sequence[str] | pa.Array,
+                signature: pa.Array, bands: pa.Array) -> pa.Table:
+    """The table :meth:`NearDedupIndex.match_chunk` takes, from the worker's columns."""
+    return pa.table([pa.array(np.asarray(doc_seq, dtype=np.int64)), pa.array(doc_ids, pa.string()),
+                     bands, signature], schema=CHUNK_SCHEMA)
+
+
+def register_minhash_udf(con: duckdb.DuckDBPyConnection, cfg: MinHashConfig) -> None:
+    """Register the vectorised MinHash functions on ``con`` (each call sees a whole vector).
+
+    - ``minhash_signature(text VARCHAR) -> UINTEGER[]``: normalise, tokenise, shingle, permute
+      (NULL when the text has no token);
+    - ``minhash_signature_of_hashes(h UBIGINT[]) -> UINTEGER[]``: the same from token hashes made
+      in SQL, e.g. ``list_transform(string_split(..), lambda w: hash(w))``. Faster to write, but
+      DuckDB's ``hash()`` is not promised stable across releases, so a lake must not mix them;
+    - ``minhash_bands(sig UINTEGER[]) -> UBIGINT[]``: the band hashes of the config's layout.
+    """
+    bands, rows = cfg.layout
+
+    def signature_udf(text: pa.Array) -> pa.Array:
+        texts = text.to_pylist()
+        present = [t if t is not None else "" for t in texts]
+        sig = minhash.signatures_of_texts(present, cfg)
+        return _list_array(sig, ~minhash.is_empty(sig), pa.uint32())
+
+    def signature_of_hashes_udf(hashes: pa.Array) -> pa.Array:
+        if isinstance(hashes, pa.ChunkedArray):
+            hashes = hashes.combine_chunks()
+        offsets = np.asarray(hashes.offsets.to_numpy(), dtype=np.int64)
+        values = hashes.values.to_numpy(zero_copy_only=False).astype(np.uint64, copy=False)
+        values = values[offsets[0]:offsets[-1]]
+        offsets = offsets - offsets[0]
+        nulls = np.asarray(hashes.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        shingles, soff = minhash.shingle_hashes(values, offsets, cfg.ngram)
+        sig = minhash.signatures(shingles, soff, cfg.num_perm, cfg.seed)
+        return _list_array(sig, ~minhash.is_empty(sig) & ~nulls, pa.uint32())
+
+    def bands_udf(sig: pa.Array) -> pa.Array:
+        matrix = _matrix(sig, cfg.num_perm)
+        valid = ~np.asarray(sig.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        return _list_array(minhash.band_hashes(matrix, bands, rows), valid, pa.uint64())
+
+    sig_type = duckdb.list_type(duckdb.sqltypes.UINTEGER)
+    udfs: list[tuple[str, Callable[[pa.Array], pa.Array], duckdb.sqltypes.DuckDBPyType,
+                     duckdb.sqltypes.DuckDBPyType]] = [
+        ("minhash_signature", signature_udf, duckdb.sqltypes.VARCHAR, sig_type),
+        ("minhash_signature_of_hashes", signature_of_hashes_udf,
+         duckdb.list_type(duckdb.sqltypes.UBIGINT), sig_type),
+        ("minhash_bands", bands_udf, sig_type, duckdb.list_type(duckdb.sqltypes.UBIGINT)),
+    ]
+    for name, fn, arg, ret in udfs:
+        con.create_function(name, fn, [arg], ret, type=duckdb.func.ARROW,
+                            null_handling=duckdb.func.SPECIAL)
+
+
+# -- the lake-wide index --------------------------------------------------------------------------
+class NearDedupIndex:
+    """The LSH band index of a lake, and the chunk-by-chunk matching against it.
+
+    Usage by the driver, once per chunk, in chunk order::
+
+        idx = NearDedupIndex(con, cfg); idx.create_schema()
+        result = idx.match_chunk(table)      # before the Delta commit: decides dup_of, cluster_id
+        ...commit the chunk...
+        idx.add_chunk(table, result)         # inside the transaction that marks the chunk done
+
+    ``match_chunk`` reads the index but never writes it, and ignores index rows of this chunk or
+    later ones, so retrying a chunk after a crash gives the same answer; ``add_chunk`` first
+    forgets the chunk's rows, so it is idempotent too.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, cfg: MinHashConfig) -> None:
+        self.con = con
+        self.cfg = cfg
+        self.rounds = 0  # propagation rounds of the last match, for tests and stats
+
+    @property
+    def min_matches(self) -> int:
+        """Equal signature positions a verified pair needs: ceil(threshold * num_perm)."""
+        return math.ceil(self.cfg.threshold * self.cfg.num_perm - 1e-9)
+
+    def create_schema(self) -> None:
+        """Create the index tables, or check that an existing index was built with this config."""
+        for name in ("dedup.create_bands", "dedup.create_docs", "dedup.create_meta"):
+            self.con.execute(engine.q(name))
+        rows = self.con.execute(engine.q("dedup.get_meta"), {"key": "fingerprint"}).fetchall()
+        row = rows[0] if rows else None
+        fp = self.cfg.fingerprint()
+        if row is None:
+            self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})
+        elif row[0] != fp:
+            raise LakeError(
+                f"the lake's near-dedup index was built with MinHash settings {row[0]}, the config "
+                f"now gives {fp} (num_perm, ngram, seed, unit, bands or rows changed, or another "
+                "Python Unicode version): restore the old [near_dedup] settings, or rebuild the "
+                "index with a full re-ingest")
+
+    def _register(self, docs: pa.Table) -> tuple[int, int]:
+        docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
+        self.con.register("nd_chunk", docs)
+        if docs.num_rows == 0:
+            return 0, -1
+        seqs = docs["doc_seq"].to_numpy()
+        return int(seqs.min()), int(seqs.max())
+
+    def match_chunk(self, docs: pa.Table) -> pa.Table:
+        """Decide a chunk: (doc_seq, doc_id, cluster_id, dup_of) per row, ordered by doc_seq.
+
+        ``docs`` follows :data:`CHUNK_SCHEMA`; every doc_seq must exceed those already indexed
+        (rows of this chunk already in the index, from an interrupted earlier attempt, are
+        ignored). ``cluster_id`` is the doc_seq of the cluster's kept document (its own for a
+        kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
+        """
+        lo, _hi = self._register(docs)
+        try:
+            params = {"chunk_min": lo}
+            self.con.execute(engine.q("dedup.chunk_bands"))
+            self.con.execute(engine.q("dedup.chunk_edges"), {
+                **params, "verify": self.cfg.verify, "min_matches": self.min_matches})
+            self.con.execute(engine.q("dedup.init_labels"))
+            self.rounds = 0
+            while True:
+                self.rounds += 1
+                if self.rounds > MAX_ROUNDS:
+                    raise LakeError("near-dedup label propagation did not settle: report a bug")
+                self.con.execute(engine.q("dedup.step_labels"))
+                ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()
+                if changed == 0:
+                    break
+                self.con.execute(engine.q("dedup.swap_labels"))
+            result = self.con.sql(engine.q("dedup.chunk_result"),
+                                  params=params).to_arrow_table()
+        finally:
+            self.con.unregister("nd_chunk")
+        return result.cast(RESULT_SCHEMA)
+
+    def add_chunk(self, docs: pa.Table, matched: pa.Table) -> None:
+        """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
+
+        Dropped documents are indexed too: a later document that is near only to a dropped one
+        joins that one's cluster, exactly as in one batch run over everything. Run it inside the
+        caller's transaction (it issues plain statements, no BEGIN/COMMIT of its own).
+        """
+        lo, hi = self._register(docs)
+        self.con.register("nd_matched", matched)
+        try:
+            self.con.execute(engine.q("dedup.chunk_bands"))
+            self.con.execute(engine.q("dedup.forget_range"), {"lo": lo, "hi": hi})
+            self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
+            self.con.execute(engine.q("dedup.insert_bands"))
+            self.con.execute(engine.q("dedup.insert_docs"), {"verify": self.cfg.verify})
+        finally:
+            self.con.unregister("nd_chunk")
+            self.con.unregister("nd_matched")
+
+    def cluster_sizes(self) -> list[tuple[int, int]]:
+        """(cluster size, number of clusters) over the whole index."""
+        return [(int(a), int(b)) for a, b in
+                self.con.execute(engine.q("dedup.cluster_sizes")).fetchall()]
+
+    def largest_clusters(self, limit: int = 10, samples: int = 5) -> pa.Table:
+        """The biggest clusters: cluster_id, size, kept_id, sample_ids (a giant one means the
+        threshold is too loose)."""
+        return self.con.sql(engine.q("dedup.largest_clusters"),
+                            params={"limit": limit, "samples": samples}).to_arrow_table()

@@ -1,0 +1,150 @@
+-- Lake-wide near dedup: the LSH band index and the per-chunk matching against it.
+-- Order key: doc_seq = (chunk ordinal << 32) | row in chunk, so "first in chunk order, then line
+-- order" is "smallest doc_seq". A document's cluster_id is the doc_seq of its cluster's kept
+-- document; the kept document has cluster_id = its own doc_seq. See docs/near-dedup.md.
+-- Inputs of the chunk statements: the Arrow table `nd_chunk(doc_seq BIGINT, doc_id VARCHAR,
+-- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.dedup.lsh.
+
+-- name: create_bands
+-- One row per (document, band). Kept for every document that has tokens, dropped or not, so a
+-- later document still joins a cluster through a chain of dropped ones (as one batch run would).
+CREATE TABLE IF NOT EXISTS minhash_bands (
+    band UTINYINT NOT NULL,
+    band_hash UBIGINT NOT NULL,
+    doc_seq BIGINT NOT NULL
+);
+
+-- name: create_docs
+CREATE TABLE IF NOT EXISTS minhash_docs (
+    doc_seq BIGINT NOT NULL,
+    doc_id VARCHAR NOT NULL,
+    cluster_id BIGINT NOT NULL,
+    signature UINTEGER[]          -- NULL unless candidates are verified
+);
+
+-- name: create_meta
+CREATE TABLE IF NOT EXISTS minhash_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
+
+-- name: get_meta
+SELECT value FROM minhash_meta WHERE key = $key;
+
+-- name: put_meta
+INSERT OR REPLACE INTO minhash_meta VALUES ($key, $value);
+
+-- name: chunk_bands
+-- The chunk's buckets, one row per (document, band); documents without tokens have no bands.
+CREATE OR REPLACE TEMP TABLE nd_chunk_bands AS
+SELECT doc_seq,
+       unnest(range(len(bands)))::UTINYINT AS band,
+       unnest(bands) AS band_hash
+FROM nd_chunk
+WHERE bands IS NOT NULL;
+
+-- name: chunk_edges
+-- Candidate pairs (src later than dst) sharing a bucket: against the lake's index (old) and
+-- inside the chunk. The `doc_seq < $chunk_min` guard makes matching idempotent even when the
+-- index already holds this chunk (a retried commit). With $verify, a pair stays only when at
+-- least $min_matches signature positions agree (an integer test: no float rounding decides).
+CREATE OR REPLACE TEMP TABLE nd_edges AS
+WITH cand AS (
+    SELECT DISTINCT n.doc_seq AS src, o.doc_seq AS dst, true AS old
+    FROM nd_chunk_bands n
+    JOIN minhash_bands o ON o.band = n.band AND o.band_hash = n.band_hash
+    WHERE o.doc_seq < $chunk_min
+    UNION
+    SELECT DISTINCT n.doc_seq, m.doc_seq, false
+    FROM nd_chunk_bands n
+    JOIN nd_chunk_bands m ON m.band = n.band AND m.band_hash = n.band_hash
+    WHERE m.doc_seq < n.doc_seq
+), sigs AS (
+    SELECT doc_seq, signature FROM minhash_docs
+    WHERE $verify AND doc_seq IN (SELECT dst FROM cand WHERE old)
+    UNION ALL
+    SELECT doc_seq, signature FROM nd_chunk WHERE $verify
+)
+SELECT c.src, c.dst, c.old
+FROM cand c
+LEFT JOIN sigs a ON $verify AND a.doc_seq = c.src
+LEFT JOIN sigs b ON $verify AND b.doc_seq = c.dst
+WHERE NOT $verify
+   OR len(list_filter(list_zip(a.signature, b.signature), lambda p: p[1] = p[2]))
+      >= $min_matches;
+
+-- name: init_labels
+-- Start label: the smallest cluster among the document's earlier lake neighbours, or itself.
+CREATE OR REPLACE TEMP TABLE nd_labels AS
+SELECT c.doc_seq, least(c.doc_seq, min(o.cluster_id)) AS label
+FROM nd_chunk c
+LEFT JOIN nd_edges e ON e.src = c.doc_seq AND e.old
+LEFT JOIN minhash_docs o ON o.doc_seq = e.dst
+WHERE c.bands IS NOT NULL
+GROUP BY c.doc_seq;
+
+-- name: step_labels
+-- One round of min-label propagation along edges from earlier to later documents of the chunk.
+-- Labels only flow forward in order, so a document's label never depends on later documents.
+CREATE OR REPLACE TEMP TABLE nd_labels_next AS
+SELECT l.doc_seq, least(l.label, coalesce(min(p.label), l.label)) AS label
+FROM nd_labels l
+LEFT JOIN nd_edges e ON e.src = l.doc_seq AND NOT e.old
+LEFT JOIN nd_labels p ON p.doc_seq = e.dst
+GROUP BY l.doc_seq, l.label;
+
+-- name: count_changed
+SELECT count(*) FROM nd_labels_next n JOIN nd_labels l USING (doc_seq) WHERE n.label <> l.label;
+
+-- name: swap_labels
+CREATE OR REPLACE TEMP TABLE nd_labels AS SELECT * FROM nd_labels_next;
+
+-- name: chunk_result
+-- Per input document: its cluster (NULL without tokens) and the id of the kept document when it
+-- is not the kept one itself.
+SELECT c.doc_seq,
+       c.doc_id,
+       l.label AS cluster_id,
+       CASE WHEN l.label <> c.doc_seq THEN coalesce(k.doc_id, o.doc_id) END AS dup_of
+FROM nd_chunk c
+LEFT JOIN nd_labels l ON l.doc_seq = c.doc_seq
+LEFT JOIN nd_chunk k ON k.doc_seq = l.label
+LEFT JOIN minhash_docs o ON o.doc_seq = l.label AND l.label < $chunk_min
+ORDER BY c.doc_seq;
+
+-- name: forget_range
+-- Make add_chunk idempotent: drop whatever an earlier attempt indexed for these documents.
+DELETE FROM minhash_bands WHERE doc_seq BETWEEN $lo AND $hi;
+
+-- name: forget_docs_range
+DELETE FROM minhash_docs WHERE doc_seq BETWEEN $lo AND $hi;
+
+-- name: insert_bands
+INSERT INTO minhash_bands
+SELECT band, band_hash, doc_seq FROM nd_chunk_bands ORDER BY doc_seq, band;
+
+-- name: insert_docs
+-- `nd_matched`: the result of chunk_result for this chunk.
+INSERT INTO minhash_docs
+SELECT c.doc_seq, c.doc_id, m.cluster_id, CASE WHEN $verify THEN c.signature END
+FROM nd_chunk c
+JOIN nd_matched m ON m.doc_seq = c.doc_seq
+WHERE m.cluster_id IS NOT NULL
+ORDER BY c.doc_seq;
+
+-- name: cluster_sizes
+-- For dedup-stats: how many clusters of each size (singletons included).
+SELECT size, count(*) AS clusters
+FROM (SELECT cluster_id, count(*) AS size FROM minhash_docs GROUP BY cluster_id)
+GROUP BY size
+ORDER BY size;
+
+-- name: largest_clusters
+-- For dedup-stats: the biggest clusters with their kept document and a few member ids.
+SELECT d.cluster_id,
+       count(*) AS size,
+       any_value(k.doc_id) AS kept_id,
+       list(d.doc_id ORDER BY d.doc_seq)[1:$samples] AS sample_ids
+FROM minhash_docs d
+JOIN minhash_docs k ON k.doc_seq = d.cluster_id
+GROUP BY d.cluster_id
+HAVING count(*) > 1
+ORDER BY size DESC, d.cluster_id
+LIMIT $limit;

@@ -1,0 +1,167 @@
+"""MinHash signatures: tokens, shingles, permutations, the Jaccard estimate and the S-curve."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from lakecurate.dedup import minhash as mh
+
+CFG = mh.MinHashConfig()
+VOCAB = [f"w{i}" for i in range(3000)]
+
+
+def words(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(VOCAB) for _ in range(n)]
+
+
+def shingle_set(text: str, cfg: mh.MinHashConfig = CFG) -> set[int]:
+    values, offsets = mh.token_hashes([text], cfg.unit)
+    shingles, _ = mh.shingle_hashes(values, offsets, cfg.ngram)
+    return set(shingles.tolist())
+
+
+def true_jaccard(a: str, b: str) -> float:
+    sa, sb = shingle_set(a), shingle_set(b)
+    return len(sa & sb) / len(sa | sb)
+
+
+def test_identical_and_normalised_texts_give_identical_signatures() -> None:
+    base = "The quick brown fox, jumps over the lazy dog; again and again."
+    variants = [base, base.upper(), "  the QUICK brown\n\nfox jumps -- over the lazy dog again and "
+                "again!!", "The quick brown fox jumps over the lazy dog again and again"]
+    sig = mh.signatures_of_texts(variants, CFG)
+    assert (sig == sig[0]).all()
+    assert mh.normalize(variants[2]) == mh.normalize(base)
+
+
+def test_nfc_folds_decomposed_accents() -> None:
+    composed, decomposed = "café crème brûlée à la carte", "cafe\u0301 cre\u0300me"
+    sig = mh.signatures_of_texts([composed[:10], decomposed], CFG)
+    assert (sig[0] == sig[1]).all()
+    assert mh.tokens(decomposed) == ["café", "crème"]
+
+
+def test_vectorised_tokens_equal_the_reference() -> None:
+    rng = random.Random(3)
+    texts = ["", "!!! ...", "Hello, World", "日本語のテキストです。東京", "Ünïcödé_snake 42 x²",
+             "mixed 中文 text", *(" ".join(words(rng, rng.randint(0, 50))) for _ in range(30))]
+    values, offsets = mh.token_hashes(texts)
+    assert len(offsets) == len(texts) + 1
+    for i, text in enumerate(texts):
+        expected = [mh.token_hash(t) for t in mh.tokens(text)]
+        assert values[offsets[i]:offsets[i + 1]].tolist() == expected, text
+
+
+def test_signature_of_a_document_does_not_depend_on_its_batch() -> None:
+    rng = random.Random(5)
+    texts = [" ".join(words(rng, rng.randint(0, 80))) for _ in range(40)]
+    together = mh.signatures_of_texts(texts, CFG)
+    alone = np.vstack([mh.signatures_of_texts([t], CFG) for t in texts])
+    assert (together == alone).all()
+
+
+@pytest.mark.parametrize("edits", [5, 20, 40, 80])
+def test_estimated_jaccard_within_expected_error(edits: int) -> None:
+    rng = random.Random(edits)
+    worst = 0.0
+    for _ in range(8):
+        base = words(rng, 400)
+        other = list(base)
+        for pos in rng.sample(range(400), edits):
+            other[pos] = rng.choice(VOCAB)
+        a, b = " ".join(base), " ".join(other)
+        j = true_jaccard(a, b)
+        sig = mh.signatures_of_texts([a, b], CFG)
+        est = float(mh.estimate_jaccard(sig[0], sig[1]))
+        worst = max(worst, abs(est - j) / max(mh.expected_error(j, CFG.num_perm), 1e-3))
+    assert worst < 3.5
+
+
+def test_estimate_is_unbiased_over_many_pairs() -> None:
+    rng = random.Random(11)
+    diffs = []
+    for _ in range(60):
+        base = words(rng, 200)
+        other = base[:150] + words(rng, 50)
+        a, b = " ".join(base), " ".join(other)
+        sig = mh.signatures_of_texts([a, b], CFG)
+        diffs.append(float(mh.estimate_jaccard(sig[0], sig[1])) - true_jaccard(a, b))
+    assert abs(float(np.mean(diffs))) < 0.015
+
+
+def test_s_curve_is_the_formula() -> None:
+    s = np.linspace(0, 1, 11)
+    assert np.allclose(mh.s_curve(s, 9, 13), 1 - (1 - s**13) ** 9)
+    assert mh.s_curve(0.0, 4, 4) == 0.0
+    assert mh.s_curve(1.0, 4, 4) == 1.0
+
+
+def test_choose_bands_minimises_the_error_area() -> None:
+    for threshold, num_perm in ((0.8, 128), (0.5, 64), (0.9, 256)):
+        bands, rows = mh.choose_bands(threshold, num_perm)
+        assert bands * rows <= num_perm
+        fp, fn = mh._areas(threshold, bands, rows, steps=201)
+        best = 0.5 * fp + 0.5 * fn
+        for b in range(1, num_perm + 1):
+            for r in range(1, num_perm // b + 1):
+                fp2, fn2 = mh._areas(threshold, b, r, steps=201)
+                assert best <= 0.5 * fp2 + 0.5 * fn2 + 1e-12
+    # Weighting misses more moves the curve left: more bands per row.
+    b_rec, r_rec = mh.choose_bands(0.8, 128, fn_weight=0.8)
+    assert mh.s_curve(0.8, b_rec, r_rec) > mh.s_curve(0.8, *mh.choose_bands(0.8, 128))
+
+
+def test_cjk_text_uses_character_shingles() -> None:
+    poem = "白日依山尽黄河入海流欲穷千里目更上一层楼床前明月光疑是地上霜举头望明月低头思故乡"
+    edited = poem[:20] + "江" + poem[21:]
+    assert mh.document_unit(poem) == "char"
+    assert mh.document_unit("plain english words") == "word"
+    sig = mh.signatures_of_texts([poem, edited], CFG)
+    assert 0.6 < float(mh.estimate_jaccard(sig[0], sig[1])) < 1.0
+    word_cfg = mh.MinHashConfig(unit="word")
+    wsig = mh.signatures_of_texts([poem, edited], word_cfg)
+    assert float(mh.estimate_jaccard(wsig[0], wsig[1])) < 0.1  # one token each: all or nothing
+
+
+def test_empty_and_short_documents_follow_the_rule() -> None:
+    texts = ["", "   ", "?!", "one two", "One, two!", "one three", "a b c d e"]
+    sig = mh.signatures_of_texts(texts, CFG)
+    assert mh.is_empty(sig).tolist() == [True, True, True, False, False, False, False]
+    assert (sig[3] == sig[4]).all()  # same short token sequence: same single shingle
+    assert float(mh.estimate_jaccard(sig[3], sig[5])) < 0.1
+    values, offsets = mh.token_hashes(texts)
+    _, soff = mh.shingle_hashes(values, offsets, 5)
+    assert np.diff(soff).tolist() == [0, 0, 0, 1, 1, 1, 1]
+
+
+def test_shingles_from_foreign_token_hashes() -> None:
+    values = np.arange(1, 11, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    offsets = np.array([0, 7, 7, 10], dtype=np.int64)
+    shingles, soff = mh.shingle_hashes(values, offsets, 5)
+    assert np.diff(soff).tolist() == [3, 0, 1]
+    again, _ = mh.shingle_hashes(values[7:], np.array([0, 3]), 5)
+    assert shingles[3] == again[0]
+
+
+def test_band_hashes_agree_exactly_when_rows_agree() -> None:
+    rng = np.random.default_rng(0)
+    sig = rng.integers(0, 2**32, size=(3, 128), dtype=np.uint32)
+    sig[1] = sig[0]
+    sig[1, 20] ^= 1  # band 2 of 8 rows differs
+    bands = mh.band_hashes(sig, 16, 8)
+    assert bands.shape == (3, 16)
+    assert (bands[0] == bands[1]).tolist() == [i != 2 for i in range(16)]
+    assert not (bands[0] == bands[2]).any()
+
+
+def test_config_validation_and_fingerprint() -> None:
+    with pytest.raises(ValueError, match="both bands and rows"):
+        mh.MinHashConfig(bands=4)
+    with pytest.raises(ValueError, match="fit in num_perm"):
+        mh.MinHashConfig(bands=20, rows=10)
+    assert mh.MinHashConfig().fingerprint() == mh.MinHashConfig().fingerprint()
+    assert mh.MinHashConfig(seed=2).fingerprint() != mh.MinHashConfig().fingerprint()
+    assert mh.MinHashConfig().describe()["bands"] == mh.MinHashConfig().layout[0]
