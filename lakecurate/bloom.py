@@ -118,6 +118,7 @@ class BloomFileError(LakecurateError):
     def __init__(self, path: str | os.PathLike[str], problem: FileProblem, detail: str) -> None:
         self.path = Path(path)
         self.problem: FileProblem = problem
+        self.detail = detail
         super().__init__(f"Bloom filter file {self.path}: {detail}; the file is a cache of the "
                          "state database: delete it and let the index rebuild it")
 

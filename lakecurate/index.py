@@ -8,14 +8,20 @@ from it is final, only "maybe" keys reach DuckDB, in one batched join per chunk.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from lakecurate import engine
+from lakecurate import bloom, engine
+
+TIER1_P = 0.001          # target false-positive rate of each Bloom filter
+TIER1_MIN_N = 1_000_000  # initial capacity; the filter grows as a chain beyond it
+SPACES = (("content", "index.content_since"), ("ids", "index.ids_since"))
 
 
 @dataclass
@@ -26,6 +32,10 @@ class IndexStats:
     maybe: int = 0            # keys tier 1 could not rule out (all of them without tier 1)
     tier2_queries: int = 0    # batched DuckDB joins issued
     tier2_hits: int = 0       # keys DuckDB confirmed as present
+    seconds: float = 0.0      # time spent in lookups and index writes
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
 
 
 class MembershipIndex:
@@ -34,8 +44,70 @@ class MembershipIndex:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con
         self.stats = IndexStats()
-        # Tier 1 filters by key space ("content", "ids"); None = every key is a "maybe".
-        self.tier1: dict[str, object] = {}
+        # Tier 1 filters by key space ("content", "ids"); absent = every key is a "maybe".
+        self.tier1: dict[str, bloom.BloomFilter | bloom.ScalableBloomFilter] = {}
+
+    # -- tier 1: load, verify, top up, save ------------------------------------------------
+    def _halves(self, statement: str, since: int) -> Iterator[np.ndarray]:
+        reader = self._con.sql(engine.q(statement), params={"since": since}).to_arrow_reader(
+            1_000_000)
+        for batch in reader:
+            if batch.num_rows:
+                yield np.stack([batch.column(0).to_numpy(), batch.column(1).to_numpy()], axis=1)
+
+    def watermark(self) -> int:
+        """The last DONE commit seq: what a Bloom file must cover to be current."""
+        return int(self._con.execute(engine.q("index.counts")).fetchall()[0][2])
+
+    def open_tier1(self, index_dir: Path) -> list[str]:
+        """Load the Bloom files, checking and topping them up from DuckDB; returns warnings.
+
+        The files are a cache: missing, damaged (checksum, truncation, foreign) or stale ones
+        are rebuilt from tier 2, so the answer is never wrong, only slower once.
+        """
+        warnings: list[str] = []
+        watermark = self.watermark()
+        counts = self._con.execute(engine.q("index.counts")).fetchall()[0]
+        for (space, since_statement), n in zip(SPACES, counts[:2], strict=True):
+            path = index_dir / f"{space}.bloom"
+            filt: bloom.BloomFilter | bloom.ScalableBloomFilter | None = None
+            since = -1
+            try:
+                filt, since = bloom.load(path)
+                if since > watermark:
+                    warnings.append(f"index file {path} is ahead of state.duckdb (watermark "
+                                    f"{since} > {watermark}): rebuilt from state.duckdb")
+                    filt, since = None, -1
+            except bloom.BloomFileError as exc:
+                if exc.problem != "missing" or n:
+                    warnings.append(f"index file {path} is {exc.problem} ({exc.detail}): "
+                                    "rebuilt from state.duckdb")
+            if filt is None:
+                filt = bloom.ScalableBloomFilter(max(TIER1_MIN_N, 2 * int(n)), TIER1_P)
+            for halves in self._halves(since_statement, since):
+                filt.add_hashes(halves)
+            self.tier1[space] = filt
+        return warnings
+
+    def save_tier1(self, index_dir: Path) -> None:
+        """Persist the Bloom files with the watermark they cover (atomic; a cache only)."""
+        index_dir.mkdir(exist_ok=True)
+        watermark = self.watermark()
+        for space, filt in self.tier1.items():
+            filt.save(index_dir / f"{space}.bloom", watermark)
+
+    def describe(self) -> list[dict[str, object]]:
+        """Per key space: n, m, k, fill ratio, estimated and target p, memory (`index stats`)."""
+        out = []
+        for space, filt in self.tier1.items():
+            parts = filt.filters if isinstance(filt, bloom.ScalableBloomFilter) else (filt,)
+            out.append({
+                "space": space, "n": len(filt), "filters": len(parts),
+                "m_bits": sum(f.m for f in parts), "k": ",".join(str(f.k) for f in parts),
+                "fill_ratio": round(max(f.fill_ratio for f in parts), 6),
+                "estimated_p": float(f"{sum(f.estimated_fp_rate for f in parts):.3g}"),
+                "target_p": filt.target_p, "memory_mib": round(filt.memory_bytes / 2**20, 3)})
+        return out
 
     # -- lookups ---------------------------------------------------------------------------
     def _keys(self, statement: str, column: str, values: pa.Array) -> pa.Table:
@@ -48,10 +120,10 @@ class MembershipIndex:
     def _maybe(self, space: str, keys: pa.Table) -> pa.Table:
         """The rows of ``keys`` that tier 1 cannot rule out."""
         self.stats.lookups += keys.num_rows
-        bloom = self.tier1.get(space)
-        if bloom is not None and keys.num_rows:
+        filt = self.tier1.get(space)
+        if filt is not None and keys.num_rows:
             halves = np.stack([keys["hi"].to_numpy(), keys["lo"].to_numpy()], axis=1)
-            keys = keys.filter(pa.array(bloom.contains_hashes(halves)))  # type: ignore[attr-defined]
+            keys = keys.filter(pa.array(filt.contains_hashes(halves)))
         self.stats.maybe += keys.num_rows
         return keys
 
@@ -67,23 +139,28 @@ class MembershipIndex:
 
     def content_seen(self, hashes: pa.Array) -> pa.Table:
         """(content_hash, doc_id) of each content already kept somewhere in the lake."""
+        started = time.perf_counter()
         maybe = self._maybe("content", self._keys("index.content_keys", "content_hash", hashes))
-        if maybe.num_rows == 0:
-            return pa.table({"content_hash": pa.array([], pa.string()),
-                             "doc_id": pa.array([], pa.string())})
-        return self._join("index.content_seen", maybe)
+        found = (self._join("index.content_seen", maybe) if maybe.num_rows else
+                 pa.table({"content_hash": pa.array([], pa.string()),
+                           "doc_id": pa.array([], pa.string())}))
+        self.stats.seconds += time.perf_counter() - started
+        return found
 
     def ids_seen(self, ids: pa.Array) -> pa.Table:
         """(id) of each given document id already in the lake."""
+        started = time.perf_counter()
         maybe = self._maybe("ids", self._keys("index.id_keys", "id", ids))
-        if maybe.num_rows == 0:
-            return pa.table({"id": pa.array([], pa.string())})
-        return self._join("index.ids_seen", maybe)
+        found = (self._join("index.ids_seen", maybe) if maybe.num_rows else
+                 pa.table({"id": pa.array([], pa.string())}))
+        self.stats.seconds += time.perf_counter() - started
+        return found
 
     # -- writes (inside the caller's transaction) ------------------------------------------
     def add(self, kept: pa.Table, given_ids: pa.Table, seq: int) -> None:
         """Index a committed chunk: ``kept`` (content_hash, id, chunk_key) of its kept rows,
         ``given_ids`` (id, chunk_key) of every row whose id came from the source."""
+        started = time.perf_counter()
         for statement, rows, space, keyer, column in (
                 ("index.add_content", kept, "content", "index.content_keys", "content_hash"),
                 ("index.add_ids", given_ids, "ids", "index.id_keys", "id")):
@@ -94,13 +171,14 @@ class MembershipIndex:
                 self._con.execute(engine.q(statement), {"seq": seq})
             finally:
                 self._con.unregister("new_rows")
-            bloom = self.tier1.get(space)
-            if bloom is not None:
+            filt = self.tier1.get(space)
+            if filt is not None:
                 # Before the transaction commits: a rollback leaves extra keys in tier 1,
                 # which only costs a "maybe", never a wrong answer.
                 keys = self._keys(keyer, column, rows[column])
-                bloom.add_hashes(np.stack([keys["hi"].to_numpy(),  # type: ignore[attr-defined]
-                                           keys["lo"].to_numpy()], axis=1))
+                filt.add_hashes(np.stack([keys["hi"].to_numpy(), keys["lo"].to_numpy()],
+                                         axis=1))
+        self.stats.seconds += time.perf_counter() - started
 
     def remove_chunks(self, keys: Sequence[str]) -> None:
         """Forget the documents of chunks whose rows left the table (tier 1 keeps them as

@@ -56,6 +56,10 @@ class LakePaths:
         return self.root / "lock"
 
     @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
     def snapshot(self) -> Path:
         return self.root / SNAPSHOT_NAME
 
@@ -82,6 +86,7 @@ class IngestReport:
     file_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    index: dict[str, float] = field(default_factory=dict)  # membership-index counters
 
     @property
     def ok(self) -> bool:
@@ -130,9 +135,10 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
 def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
             verify: bool, reporter: Reporter, state: StateStore, report: IngestReport) -> None:
     delta = DeltaStore(paths.documents)
-    committer = Committer(state, delta, MembershipIndex(state.con), report.run_id, cfg.hash,
-                          cfg.dedup.exact)
+    index = MembershipIndex(state.con)
+    committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact)
     report.notes += committer.reconcile(paths.staging)
+    report.notes += index.open_tier1(paths.index)
     for leftover in paths.root.glob("*.tmp_*"):  # e.g. a snapshot cut off by a kill
         leftover.unlink(missing_ok=True)
     state.reset_running(report.run_id)
@@ -160,9 +166,14 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     order = WorkOrder(staging_dir=str(paths.staging), run_id=report.run_id,
                       config_hash=cfg.hash, exact_dedup=cfg.dedup.exact)
     n_workers = workers or cfg.ingest.workers or default_workers()
-    _Scheduler(state, committer, reporter, report, cfg, order, n_workers,
-               paths.snapshot).run(
-        [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
+    try:
+        _Scheduler(state, committer, reporter, report, cfg, order, n_workers,
+                   paths.snapshot).run(
+            [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
+    finally:
+        index.save_tier1(paths.index)
+        report.index = index.stats.as_dict()
+        state.put_meta("index.last_run", json.dumps(report.index))
 
 
 class _Scheduler:
