@@ -5,23 +5,27 @@ The CLI is a thin layer over this; everything a command can do, a program can do
 
 from __future__ import annotations
 
+import datetime
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lakecurate import config as configuration
-from lakecurate import engine, query
+from lakecurate import engine, history, maintenance, query
 from lakecurate.commit import Committer
 from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError
+from lakecurate.export import DEFAULT_SHARD_BYTES, ExportManifest
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
+from lakecurate.maintenance import CompactReport, VacuumReport
 from lakecurate.progress import Reporter
 from lakecurate.runner import IngestReport, LakePaths, ingest
 from lakecurate.state import StateStore
 from lakecurate.verify import VerifyReport, verify
+from lakecurate.versions import Explanation, LakeVersion
 
 
 @dataclass
@@ -82,9 +86,11 @@ class Lake:
                       verify=verify, reporter=reporter, args=args)
 
     def sql(self, text: str, *, version: int | None = None,
+            as_of: str | datetime.datetime | None = None,
             params: dict[str, Any] | None = None) -> query.QueryResult:
-        """Run a read-only query over the state tables and the docs/rejects views."""
-        con = query.open_reader(self.paths.state, self.paths.documents, version)
+        """Run a read-only query over the state tables and the docs/rejects views (of the
+        latest version, or of ``version`` / the version current at ``as_of``)."""
+        con = query.open_reader(self.paths.state, self.paths.documents, version, as_of)
         try:
             return query.run(con, text, params)
         finally:
@@ -144,3 +150,57 @@ class Lake:
                 return state.requeue_dead(keys, None)
             finally:
                 state.close()
+
+    # -- time travel, lineage, export, maintenance (issue 3) --------------------------------
+    def at(self, version: int | None = None,
+           as_of: str | datetime.datetime | None = None) -> LakeVersion:
+        """A read-only view of one version: ``lake.at(version=3).sql("SELECT ...")``,
+        ``lake.at(as_of="2026-11-30 12:00")`` (UTC unless the time names its zone)."""
+        return LakeVersion.bind(self.paths.state, self.paths.documents, version, as_of)
+
+    def history(self, limit: int | None = None) -> query.QueryResult:
+        """One row per Delta commit: version, time, operation, chunk keys, rows added and
+        removed, run id, config hash (the newest ``limit`` when given)."""
+        self._require_state()
+        return history.history(self.paths.state, self.paths.documents, limit)
+
+    def diff(self, a: int, b: int, rows: bool = False,
+             limit: int | None = None) -> query.QueryResult:
+        """Documents added, removed and changed in decision from version ``a`` to ``b``:
+        counts per kind, or (``rows=True``) the documents."""
+        self._require_state()
+        return history.diff(self.paths.state, self.paths.documents, a, b, rows, limit)
+
+    def explain(self, doc_id: str, version: int | None = None) -> Explanation:
+        """The lineage of a document: source file and line, chunk, input sha256, run, config,
+        decision and reason, ``dup_of`` and its cluster."""
+        return self.at(version).explain(doc_id)
+
+    def export(self, version: int | None, out: str | os.PathLike[str], *,
+               fmt: str = "parquet",
+               shard_size: int = DEFAULT_SHARD_BYTES) -> ExportManifest:
+        """The kept documents of ``version`` (latest when None) as shards plus a manifest."""
+        return self.at(version).export(Path(out), fmt=fmt, shard_size=shard_size)
+
+    def report(self, html_path: str | os.PathLike[str], version: int | None = None) -> Path:
+        """Write a self-contained HTML report of ``version`` (latest when None)."""
+        return self.at(version).report(Path(html_path))
+
+    def compact(self, target_size: int | None = None) -> CompactReport:
+        """Rewrite small data files into large ones (a new version; no document changes)."""
+        return maintenance.compact(self.root, target_size)
+
+    def vacuum(self, dry_run: bool = True, retention_hours: float | None = None,
+               force: bool = False) -> VacuumReport:
+        """Delete files only versions older than the retention need (a dry run by default)."""
+        self._require_state()
+        return maintenance.vacuum(self.root, dry_run, retention_hours, force)
+
+    def checkpoint(self) -> int:
+        """Write a Delta checkpoint of the latest version; returns the version."""
+        return maintenance.checkpoint(self.root)
+
+    def _require_state(self) -> None:
+        if not self.paths.state.exists():
+            raise LakeError(f"no lake at {self.root} (no state.duckdb): run `lakecurate "
+                            "ingest` first, or pass --lake")

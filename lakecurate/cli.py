@@ -18,6 +18,7 @@ import click
 
 from lakecurate import __version__
 from lakecurate.api import Lake
+from lakecurate.config import parse_size
 from lakecurate.errors import LakecurateError
 from lakecurate.render import FORMATS, render
 from lakecurate.runner import IngestReport
@@ -178,22 +179,34 @@ def status_cmd(lake_path: Path, fmt: str) -> None:
             if title == "failures" and not res.rows:
                 continue
             click.echo(f"== {title}")
-        elif fmt == "json":
-            res = type(res)(["section", *res.columns], [(title, *r) for r in res.rows])
-        click.echo(render(res.columns, res.rows, fmt), nl=False)
+            click.echo(render(res.columns, res.rows, fmt), nl=False)
+        else:  # csv, json: every row names its section, so a program can tell them apart
+            click.echo(render(["section", *res.columns], [(title, *r) for r in res.rows], fmt),
+                       nl=False)
+
+
+def _version_options(f: Any) -> Any:
+    f = click.option("--as-of", "as_of", metavar="TIME",
+                     help="The version current at TIME ('2026-11-30 12:00'; UTC unless it "
+                          "names its zone).")(f)
+    return click.option("--version", "version", type=click.IntRange(min=0), default=None,
+                        help="Read this version of the table (default: the latest).")(f)
 
 
 @main.command("sql")
 @click.argument("query")
 @_lake_option
+@_version_options
 @_format_option
-def sql_cmd(query: str, lake_path: Path, fmt: str) -> None:
+def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None,
+            fmt: str) -> None:
     """Run a read-only SQL query over the state tables and the docs / rejects views.
 
     Tables: runs, chunks, chunk_events, filter_stats, commits, sources, content_hashes.
-    Views of the latest version: documents (all rows), docs (kept), rejects (dropped).
+    Views of the latest version (or of --version / --as-of): documents (all rows), docs
+    (kept), rejects (dropped).
     """
-    res = Lake.open(lake_path).sql(query)
+    res = Lake.open(lake_path).sql(query, version=version, as_of=as_of)
     click.echo(render(res.columns, res.rows, fmt), nl=False)
 
 
@@ -207,3 +220,168 @@ def retry_cmd(chunk_keys: tuple[str, ...], lake_path: Path) -> None:
         click.echo(f"re-queued {len(keys)} chunk(s): {', '.join(keys)}; now re-run the ingest")
     else:
         click.echo("no DEAD chunks to re-queue")
+
+
+# -- time travel, lineage, export, maintenance ---------------------------------------------
+def _sections(parts: list[tuple[str, Any]], fmt: str) -> None:
+    """Several results: titled in a table, every row naming its section in CSV / JSON."""
+    for title, res in parts:
+        if fmt == "table":
+            click.echo(f"== {title}")
+            click.echo(render(res.columns, res.rows, fmt), nl=False)
+        else:
+            click.echo(render(["section", *res.columns], [(title, *r) for r in res.rows], fmt),
+                       nl=False)
+
+
+@main.command("history")
+@_lake_option
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Only the newest N commits.")
+@_format_option
+def history_cmd(lake_path: Path, limit: int | None, fmt: str) -> None:
+    """Every commit of the table, oldest first.
+
+    Version, time, operation, chunk keys, rows added and removed, run id, config hash.
+    """
+    res = Lake.open(lake_path).history(limit)
+    click.echo(render(res.columns, res.rows, fmt), nl=False)
+
+
+@main.command("diff")
+@click.argument("a", type=click.IntRange(min=0))
+@click.argument("b", type=click.IntRange(min=0))
+@_lake_option
+@click.option("--rows", is_flag=True, help="List the documents, not only the counts.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="With --rows: only the first N.")
+@_format_option
+def diff_cmd(a: int, b: int, lake_path: Path, rows: bool, limit: int | None, fmt: str) -> None:
+    """Documents added, removed and changed in decision from version A to B.
+
+    A document is its input record (chunk key and line): `changed` means present in both
+    with a different kept / reason.
+    """
+    res = Lake.open(lake_path).diff(a, b, rows=rows, limit=limit)
+    click.echo(render(res.columns, res.rows, fmt), nl=False)
+
+
+@main.command("explain")
+@click.argument("doc_id")
+@_lake_option
+@click.option("--version", type=click.IntRange(min=0), default=None,
+              help="Explain it in this version (default: the latest).")
+@_format_option
+def explain_cmd(doc_id: str, lake_path: Path, version: int | None, fmt: str) -> None:
+    """Where a document came from and what was decided about it.
+
+    Source file and line, chunk, input sha256, run, config hash, decision and reason, dup_of
+    and its cluster, from the Delta table and the state.
+    """
+    ex = Lake.open(lake_path).explain(doc_id, version)
+    if fmt == "table":  # one wide row reads better as field / value pairs
+        for n, row in enumerate(ex.occurrences.rows, 1):
+            click.echo(f"== occurrence {n} of {len(ex.occurrences.rows)}")
+            click.echo(render(["field", "value"], list(zip(ex.occurrences.columns, row,
+                                                            strict=True)), fmt), nl=False)
+        _sections([("related", ex.related)], fmt)
+        click.echo(f"({ex.seconds * 1000:.0f} ms)")
+    else:
+        _sections([("occurrence", ex.occurrences), ("related", ex.related)], fmt)
+
+
+@main.command("export")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@_lake_option
+@click.option("--version", type=click.IntRange(min=0), default=None,
+              help="The version to export (default: the latest).")
+@click.option("--format", "out_format", type=click.Choice(["parquet", "jsonl", "jsonl.gz"]),
+              default="parquet", show_default=True, help="Shard format.")
+@click.option("--shard-size", default="256MiB", show_default=True,
+              help="Target size of a shard (of data before compression), e.g. 64MiB.")
+def export_cmd(out: Path, lake_path: Path, version: int | None, out_format: str,
+               shard_size: str) -> None:
+    """Write the kept documents of a version to OUT as training shards.
+
+    Then OUT/manifest.json (files, sha256, rows, bytes, version, config hashes). Every file is
+    written atomically; rows are in input order, so a version always gives the same bytes.
+    """
+    m = Lake.open(lake_path).export(version, out, fmt=out_format,
+                                    shard_size=parse_size(shard_size, "--shard-size"))
+    click.echo(f"exported version {m.version}: {m.rows:,} documents in {len(m.files)} "
+               f"{out_format} shard(s), {m.bytes:,} bytes; manifest {out / 'manifest.json'}")
+
+
+@main.command("restore")
+@click.argument("version", type=click.IntRange(min=0))
+@_lake_option
+def restore_cmd(version: int, lake_path: Path) -> None:
+    """Make VERSION the current version of the table (a new commit).
+
+    The chunk state and the index are brought back in line with it, so a later ingest is as
+    if the commits after VERSION never happened.
+    """
+    new = Lake.open(lake_path).restore(version)
+    click.echo(f"restored version {version} as version {new}")
+
+
+@main.command("compact")
+@_lake_option
+@click.option("--target-size", default=None, help="Target file size (default: 100MiB).")
+def compact_cmd(lake_path: Path, target_size: str | None) -> None:
+    """Rewrite the table's small files into large ones.
+
+    A new version; the documents, the commit watermark and every older version are unchanged.
+    """
+    r = Lake.open(lake_path).compact(
+        parse_size(target_size, "--target-size") if target_size else None)
+    click.echo(f"compacted {r.files_before} file(s) into {r.files_after} ({r.rows:,} rows): "
+               f"version {r.version_before} -> {r.version_after}")
+
+
+@main.command("vacuum")
+@_lake_option
+@click.option("--dry-run/--no-dry-run", default=True, show_default=True,
+              help="Only list what would be deleted.")
+@click.option("--retention-hours", type=click.FloatRange(min=0), default=None,
+              help="Keep files that versions of the last N hours need (default: the table's "
+                   "retention, 168).")
+@click.option("--force", is_flag=True, help="Allow a retention below the table's.")
+@_format_option
+def vacuum_cmd(lake_path: Path, dry_run: bool, retention_hours: float | None, force: bool,
+               fmt: str) -> None:
+    """Delete data files only old versions need (a dry run unless --no-dry-run)."""
+    r = Lake.open(lake_path).vacuum(dry_run, retention_hours, force)
+    click.echo(render(["file"], [(f,) for f in r.files], fmt), nl=False)
+    verb = "would delete" if r.dry_run else "deleted"
+    tail = (f"; readable versions: {r.readable[0]} to {r.readable[1]}" if r.readable else "")
+    click.echo(f"{verb} {len(r.files)} file(s), {r.bytes:,} bytes (retention "
+               f"{r.retention_hours:g} h){tail}", err=fmt != "table")
+
+
+@main.command("checkpoint")
+@_lake_option
+def checkpoint_cmd(lake_path: Path) -> None:
+    """Write a Delta checkpoint of the latest version.
+
+    Opening a later version then replays only the commits after it (delta-rs also writes one
+    every 100 commits).
+    """
+    version = Lake.open(lake_path).checkpoint()
+    click.echo(f"checkpoint written at version {version}")
+
+
+@main.command("report")
+@_lake_option
+@click.option("--html", "html_path", required=True,
+              type=click.Path(dir_okay=False, path_type=Path), help="The page to write.")
+@click.option("--version", type=click.IntRange(min=0), default=None,
+              help="Report on this version (default: the latest).")
+def report_cmd(lake_path: Path, html_path: Path, version: int | None) -> None:
+    """Write one self-contained HTML page about a version of the lake.
+
+    The filter funnel, document lengths before and after, languages, duplicate groups, chunk
+    throughput over time, failures. Inline CSS and SVG: nothing is fetched.
+    """
+    out = Lake.open(lake_path).report(html_path, version)
+    click.echo(f"wrote {out}")

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -79,7 +78,7 @@ class Committer:
     def _funnel(worker_steps: Sequence[Sequence[object]],
                 rows: pa.Table) -> list[tuple[str, int, int]]:
         """The worker's steps (its own dedup is redone here), then the lake-wide ones."""
-        con = duckdb.connect()
+        con = engine.connect(threads=1)
         try:
             con.register("decided", rows)
             lake = [tuple(r) for r in con.execute(engine.q("commit.dedup_funnel")).fetchall()]

@@ -8,6 +8,7 @@ are accepted at all.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,38 @@ class QueryResult:
         return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
 
 
-def open_reader(state_path: Path, documents: Path,
-                version: int | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the lake attached read-only and the views bound to ``version``."""
+def parse_as_of(as_of: str | datetime.datetime) -> int:
+    """A point in time as ms since the epoch; a time without a zone is UTC (commit times in
+    the Delta log are UTC). Accepts ``2026-11-30``, ``2026-11-30 12:00``, ISO 8601."""
+    if isinstance(as_of, str):
+        try:
+            as_of = datetime.datetime.fromisoformat(as_of.strip())
+        except ValueError:
+            raise LakeError(f"{as_of!r} is not a time: use e.g. '2026-11-30 12:00' (UTC) or "
+                            "'2026-11-30T12:00:00+01:00'") from None
+    if as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=datetime.UTC)
+    return int(as_of.timestamp() * 1000)
+
+
+def resolve_version(documents: Path, version: int | None = None,
+                    as_of: str | datetime.datetime | None = None) -> int | None:
+    """The Delta version a reader binds to: ``version``, the one current at ``as_of``, or the
+    latest (None before the first commit). A version or time that does not exist raises one
+    ``LakeError`` naming the range that does."""
+    if version is not None and as_of is not None:
+        raise LakeError("give a version or a time (--version or --as-of), not both")
+    store = DeltaStore(documents)
+    if version is None and as_of is None:
+        latest = store.version()
+        return None if latest < 0 else latest
+    return store.resolve(version, None if as_of is None else parse_as_of(as_of))
+
+
+def open_reader(state_path: Path, documents: Path, version: int | None = None,
+                as_of: str | datetime.datetime | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the lake attached read-only and the views bound to ``version``
+    (or to the version current at ``as_of``; the latest when both are None)."""
     if not state_path.exists():
         raise LakeError(f"no lake at {state_path.parent} (no state.duckdb): run "
                         "`lakecurate ingest` first, or pass --lake")
@@ -62,7 +92,10 @@ def open_reader(state_path: Path, documents: Path,
                 f"yet ({exc2}); try again in a few seconds") from exc
     con.execute("USE lake")
     try:
-        ds = DeltaStore(documents).dataset(version)
+        ds = _dataset(documents, version, as_of)
+    except LakeError:
+        con.close()
+        raise
     except Exception as exc:
         con.close()
         raise LakeError(f"cannot read version {version} of {documents}: {exc}") from exc
@@ -72,6 +105,29 @@ def open_reader(state_path: Path, documents: Path,
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def dataset_at(documents: Path, version: int | None = None,
+               as_of: str | datetime.datetime | None = None) -> pds.Dataset:
+    """The documents of one version as an Arrow dataset, ready to register in a reader
+    (an empty table before the first commit)."""
+    ds = _dataset(documents, version, as_of)
+    if ds is None:
+        return pds.dataset(pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA}))
+    return _native_local(ds, documents)
+
+
+def _dataset(documents: Path, version: int | None,
+             as_of: str | datetime.datetime | None) -> pds.Dataset | None:
+    """The dataset of the version asked for; an old one is checked to still have its files."""
+    store = DeltaStore(documents)
+    bound = resolve_version(documents, version, as_of)
+    if bound is None:
+        return None  # no commit yet
+    try:
+        return store.open_version(bound)
+    except LookupError as exc:
+        raise store.unreadable(bound, exc) from exc
 
 
 def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:

@@ -7,6 +7,7 @@ import datetime as dt
 import decimal
 import io
 import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,8 @@ def _jsonable(v: Any) -> Any:
         return str(v)
     if isinstance(v, decimal.Decimal):
         return float(v)
+    if isinstance(v, uuid.UUID):
+        return str(v)
     if isinstance(v, list | tuple):
         return [_jsonable(x) for x in v]
     if isinstance(v, dict):
@@ -33,11 +36,31 @@ def _cell(v: Any, width: int = 60) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+def _unique(columns: Sequence[str]) -> list[str]:
+    """Column names made unique the way DuckDB does it (``a, a -> a, a_1``).
+
+    ``SELECT 1 AS a, 2 AS a`` is valid SQL; keyed by name, a JSON object would keep only the
+    last value and silently drop the others.
+    """
+    seen: set[str] = set()
+    out = []
+    for given in columns:
+        name = given
+        while name in seen:
+            name = f"{name}_1"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "table") -> str:
     """Format rows; ``table`` truncates long cells, ``csv`` and ``json`` never do."""
     if fmt == "json":
-        return "".join(json.dumps(dict(zip(columns, map(_jsonable, r), strict=True)),
-                                  ensure_ascii=False) + "\n" for r in rows)
+        # default=str: a type DuckDB may return that _jsonable does not know yet must not crash
+        # the whole output with a TypeError.
+        keys = _unique(columns)
+        return "".join(json.dumps(dict(zip(keys, map(_jsonable, r), strict=True)),
+                                  ensure_ascii=False, default=str) + "\n" for r in rows)
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

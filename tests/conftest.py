@@ -35,7 +35,7 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     def run(*args: str | Path, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "lakecurate", *map(str, args)],
-                              capture_output=True, text=True, env=cli_env(env), timeout=timeout,
-                              start_new_session=True, cwd=ROOT)
+                              check=False, capture_output=True, text=True, env=cli_env(env),
+                              timeout=timeout, start_new_session=True, cwd=ROOT)
 
     return run

@@ -1,0 +1,117 @@
+"""Maintenance keeps the lake's bookkeeping true: `compact` changes no document, no watermark and
+no old version, and a later ingest (with a supersede) gives the same table as without it;
+`vacuum` is a dry run by default, refuses a retention below Delta's unless forced, and then old
+versions give a clear error naming the ones still readable; `checkpoint` writes one."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import SMALL_CONFIG, lake_rows
+
+from lakecurate import Lake
+from lakecurate.errors import LakeError
+from lakecurate.lake.delta import DeltaStore
+
+ROWS = "SELECT chunk_key, source_line, id, content_hash, kept, reason FROM documents ORDER BY ALL"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
+    """A lake of two ingests (many small files: one per chunk and partition)."""
+    root = tmp_path_factory.mktemp("maintenance")
+    data = root / "data"
+    data.mkdir()
+    for name in ("books.parquet", "forum.jsonl.zst"):
+        shutil.copy(corpus / name, data / name)
+    (root / "lakecurate.toml").write_text(SMALL_CONFIG, encoding="utf-8")
+    lake = Lake.open(root / "lake")
+    assert lake.ingest([data], config=root / "lakecurate.toml").ok
+    shutil.copy(corpus / "web_a.jsonl", data / "web_a.jsonl")
+    assert lake.ingest([data]).ok
+    return root
+
+
+def _copy(built: Path, tmp_path: Path) -> tuple[Lake, Path]:
+    shutil.copytree(built / "lake", tmp_path / "lake")
+    return Lake.open(tmp_path / "lake"), built / "data"
+
+
+def _grow(data: Path) -> None:
+    """Change web_a: its last chunk is superseded by the next ingest."""
+    with open(data / "web_a.jsonl", "ab") as f:
+        f.write(json.dumps({"id": "grown-1", "text": "A line added later."}).encode() + b"\n")
+
+
+def test_compact_changes_no_document_watermark_or_old_version(built: Path,
+                                                              tmp_path: Path) -> None:
+    lake, data = _copy(built, tmp_path / "a")
+    twin, _ = _copy(built, tmp_path / "b")
+    versions = [h["version"] for h in lake.history().dicts()]
+    before = {v: lake.at(version=v).sql(ROWS).rows for v in versions}
+    store = DeltaStore(lake.root / "documents")
+    watermark, files = store.watermark(), len(store.referenced_files())
+    chunk_versions = lake.sql("SELECT chunk_key, commit_seq, delta_version FROM chunks "
+                              "ORDER BY ALL").rows
+
+    report = lake.compact()
+    assert report.files_before == files and report.files_after < files
+    assert report.version_after == versions[-1] + 1 and report.watermark == watermark
+    store = DeltaStore(lake.root / "documents")
+    assert store.watermark() == watermark
+    assert lake.sql(ROWS).rows == before[versions[-1]]
+    for v, rows in before.items():  # every old version still reads what it had
+        assert lake.at(version=v).sql(ROWS).rows == rows
+    assert lake.sql("SELECT chunk_key, commit_seq, delta_version FROM chunks "
+                    "ORDER BY ALL").rows == chunk_versions
+    last = lake.history().dicts()[-1]
+    assert (last["operation"], last["seq"], last["rows_added"], last["rows_removed"]) == (
+        "COMPACT", None, 0, 0)
+    assert last["command"] == "compact"
+
+    # a later ingest with a changed file: same table as the twin that was never compacted
+    _grow(data)
+    report_a, report_b = lake.ingest([data]), twin.ingest([data])
+    assert report_a.ok and report_b.ok and report_a.rows_superseded > 0
+    assert lake_rows(lake.root) == lake_rows(twin.root)
+
+
+def test_vacuum_is_safe_by_default_and_old_versions_say_what_is_left(
+        built: Path, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    lake, _ = _copy(built, tmp_path)
+    lake.compact()
+    latest_rows = lake.sql(ROWS).rows
+    first_rows = lake.at(version=0).sql(ROWS).rows
+    dry = lake.vacuum()  # a dry run with Delta's 7-day retention: files removed now are kept
+    assert dry.dry_run and dry.files == [] and dry.retention_hours == 168
+    with pytest.raises(LakeError, match="below the table's deleted-file retention of 168 h"):
+        lake.vacuum(dry_run=False, retention_hours=0)
+    planned = lake.vacuum(dry_run=True, retention_hours=0, force=True)
+    assert planned.files and planned.bytes > 0
+    assert lake.at(version=0).sql(ROWS).rows == first_rows  # a dry run deletes nothing
+
+    done = lake.vacuum(dry_run=False, retention_hours=0, force=True)
+    assert sorted(done.files) == sorted(planned.files)
+    assert done.readable is not None
+    earliest, latest = done.readable
+    assert lake.sql(ROWS).rows == latest_rows
+    assert lake.at(version=earliest).sql(ROWS).rows == latest_rows
+    with pytest.raises(LakeError, match=rf"version 0 can no longer be read .*: the lake has "
+                                         rf"versions {earliest} \(.*\) to {latest} \("):
+        lake.at(version=0).sql("SELECT count(*) FROM documents")
+    proc = run_cli("vacuum", "--lake", lake.root, "--retention-hours", "1")
+    assert proc.returncode == 1 and "--force" in proc.stderr
+
+
+def test_checkpoint_is_written_and_reads_the_same(built: Path, tmp_path: Path) -> None:
+    lake, _ = _copy(built, tmp_path)
+    rows = lake.sql(ROWS).rows
+    version = lake.checkpoint()
+    log = lake.root / "documents" / "_delta_log"
+    assert (log / f"{version:020d}.checkpoint.parquet").exists()
+    assert json.loads((log / "_last_checkpoint").read_text())["version"] == version
+    assert lake.sql(ROWS).rows == rows
+    assert lake.at(version=0).sql("SELECT count(*) FROM documents").rows[0][0] > 0
