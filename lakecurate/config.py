@@ -13,6 +13,7 @@ import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,23 @@ class Config:
 
     ingest: IngestConfig = field(default_factory=IngestConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
+    # Lambdas: both classes are defined further down, with the filter sections.
+    filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
+    gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
 
     def decision_dict(self) -> dict[str, Any]:
-        """The parts that change which documents are kept, canonically ordered."""
-        return {"normalisation": NORMALISATION_VERSION, "dedup": asdict(self.dedup)}
+        """The parts that change which documents are kept, canonically ordered.
+
+        Filters and strict gates appear only when configured, so lakes made before filters
+        existed keep their hash.
+        """
+        out: dict[str, Any] = {"normalisation": NORMALISATION_VERSION,
+                               "dedup": asdict(self.dedup)}
+        if self.filters.steps:
+            out["filters"] = self.filters.decision_list()
+        if self.gates.strict and self.gates.bounds:
+            out["gates"] = [list(b) for b in self.gates.bounds]
+        return out
 
     @property
     def hash(self) -> str:
@@ -89,7 +103,10 @@ def _int(section: str, key: str, value: object, minimum: int) -> int:
 
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML."""
-    _check_keys("top level", data, {"ingest", "dedup"})
+    unknown = sorted(set(data) - {"ingest", "dedup", *_FILTER_SECTIONS})
+    if unknown:
+        raise ConfigError(f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
+                          "allowed keys: dedup, ingest, " + ", ".join(_FILTER_SECTIONS))
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
     for name, sec in (("ingest", ing), ("dedup", ded)):
@@ -116,6 +133,8 @@ def from_dict(data: dict[str, Any]) -> Config:
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
         ),
         dedup=DedupConfig(exact=exact),
+        filters=(filters := _filters_from_dict(data)),
+        gates=_gates_from_dict(data.get("gates", {}), filters),
     )
 
 
@@ -143,4 +162,258 @@ def to_toml(cfg: Config) -> str:
         f"workers = {i.workers}\n\n"
         "[dedup]\n"
         f"exact = {'true' if d.exact else 'false'}\n"
-    )
+    ) + _filters_to_toml(cfg.filters, cfg.gates)
+
+
+# -- filters, language id, PII redaction, quality gates ------------------------------------------
+# The SQL macros in sql/filters/ are the source of truth for parameter names and defaults: they
+# are read from the macro signatures, so a parameter added in SQL is configurable at once.
+
+STEPS: dict[str, str] = {
+    "utf8": "utf8_filter", "length": "length_filter", "url_blocklist": "url_blocklist_filter",
+    "gopher_quality": "gopher_quality_filter", "gopher_repetition": "gopher_repetition_filter",
+    "c4": "c4_filter", "fineweb": "fineweb_filter", "langid": "langid_filter", "pii": "",
+}
+# Steps whose parameters live in a top-level section of their own rather than [filters.<step>].
+_OWN_SECTION = {"langid": "langid", "pii": "pii"}
+# Parameters handled in Python, besides the macro's: name -> default.
+_EXTRA_PARAMS: dict[str, dict[str, Any]] = {"langid": {"max_chars": 2000},
+                                            "url_blocklist": {"file": ""}}
+PII_TYPES = ("email", "ipv4", "ipv6", "phone")
+_FILTER_SECTIONS = ("filters", "gates", "langid", "pii")
+PII_STRATEGIES = ("tag", "hash", "drop", "off")
+LANGID_LIBRARY = "pycld2"
+_MACRO = re.compile(r"CREATE OR REPLACE MACRO (\w+)\((.*?)\)\s+AS\b", re.DOTALL)
+
+
+def _sql_filters_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "sql" / "filters", here.parent / "sql" / "filters"):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(f"lakecurate's sql/filters folder is missing next to {here}: reinstall")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes."""
+    out, depth, quote, cur = [], 0, False, ""
+    for ch in text:
+        if ch == "'":
+            quote = not quote
+        elif not quote and ch in "([":
+            depth += 1
+        elif not quote and ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0 and not quote:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+def _sql_literal(text: str) -> Any:
+    text = text.strip()
+    if text.endswith("::VARCHAR[]"):
+        text = text[: -len("::VARCHAR[]")]
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("'"):
+        return text[1:-1].replace("''", "'")
+    if text.startswith("["):
+        return tuple(_sql_literal(x) for x in _split_top(text[1:-1]))
+    return float(text) if "." in text else int(text)
+
+
+@cache
+def macro_signatures() -> dict[str, tuple[tuple[str, ...], dict[str, Any]]]:
+    """Every filter macro: (data arguments, {parameter: default}), read from sql/filters/."""
+    found: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {}
+    for path in sorted(_sql_filters_dir().glob("*.sql")):
+        for m in _MACRO.finditer(path.read_text(encoding="utf-8")):
+            args, params = [], {}
+            for part in _split_top(m.group(2)):
+                if ":=" in part:
+                    key, default = part.split(":=", 1)
+                    params[key.strip()] = _sql_literal(default)
+                else:
+                    args.append(part)
+            found[m.group(1)] = (tuple(args), params)
+    return found
+
+
+def step_defaults(step: str) -> dict[str, Any]:
+    """Every parameter of a step with its default (the published values, see docs/filters.md)."""
+    if step == "pii":
+        return dict.fromkeys(PII_TYPES, "tag")
+    params = dict(macro_signatures()[STEPS[step]][1])
+    params.update(_EXTRA_PARAMS.get(step, {}))
+    return params
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One filter step with every parameter resolved (defaults filled in)."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def param(self, key: str) -> Any:
+        return dict(self.params)[key]
+
+
+@dataclass(frozen=True)
+class FiltersConfig:
+    """Which filter steps run, in which order; empty (the default) runs none."""
+
+    steps: tuple[StepConfig, ...] = ()
+
+    def decision_list(self) -> list[Any]:
+        out: list[Any] = []
+        for s in self.steps:
+            params = {k: list(v) if isinstance(v, tuple) else v for k, v in s.params
+                      if k != "file"}
+            if s.name == "langid":
+                params["library"] = LANGID_LIBRARY
+            out.append([s.name, params])
+        return out
+
+
+@dataclass(frozen=True)
+class GatesConfig:
+    """Bounds on a chunk's drop rate per step: outside, a chunk is flagged (or fails, if strict)."""
+
+    strict: bool = False
+    bounds: tuple[tuple[str, float, float], ...] = ()  # (step, min_drop, max_drop)
+
+
+def _check_value(where: str, value: Any, default: Any) -> Any:
+    """``value`` converted to the type of ``default``, or a ConfigError naming the key."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r}: must be true or false")
+        return value
+    if isinstance(default, int):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r}: must be an integer (default {default})")
+        return value
+    if isinstance(default, float):
+        if (not isinstance(value, int | float) or isinstance(value, bool)
+                or not math.isfinite(value)):
+            raise ConfigError(f"{where} = {value!r}: must be a number (default {default})")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} = {value!r}: must be a string")
+        return value
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ConfigError(f"{where} = {value!r}: must be a list of strings")
+    return tuple(value)
+
+
+def _read_blocklist(path_text: str) -> tuple[str, ...]:
+    path = Path(path_text).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"[filters.url_blocklist].file = {path_text!r}: cannot read it "
+                          f"({exc.strerror})") from exc
+    domains = (ln.split("#", 1)[0].strip().lower() for ln in lines)
+    return tuple(d.removeprefix("www.") for d in domains if d)
+
+
+def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
+    sec = data.get("filters", {})
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[filters] must be a table, got {type(sec).__name__}")
+    steps = sec.get("steps", [])
+    _check_keys("filters", sec, {"steps", *(s for s in STEPS if s not in _OWN_SECTION)})
+    allowed = ", ".join(STEPS)
+    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+        raise ConfigError(f"[filters].steps = {steps!r}: must be a list of step names from: "
+                          + allowed)
+    for s in steps:
+        if s not in STEPS:
+            raise ConfigError(f"[filters].steps: unknown step {s!r}; allowed steps: {allowed}")
+    if len(set(steps)) != len(steps):
+        raise ConfigError(f"[filters].steps = {steps!r}: a step may appear only once")
+    for name, section in [*((k, f"filters.{k}") for k in sec if k != "steps"),
+                          *((k, _OWN_SECTION[k]) for k in _OWN_SECTION if k in data)]:
+        if name not in steps:
+            raise ConfigError(f"[{section}] is set but {name!r} is not in [filters].steps")
+    out = []
+    for s in steps:
+        section = _OWN_SECTION.get(s, f"filters.{s}")
+        given = data.get(s, {}) if s in _OWN_SECTION else sec.get(s, {})
+        if not isinstance(given, dict):
+            raise ConfigError(f"[{section}] must be a table, got {type(given).__name__}")
+        defaults = step_defaults(s)
+        _check_keys(section, given, set(defaults))
+        params = dict(defaults)
+        for key, value in given.items():
+            params[key] = _check_value(f"[{section}].{key}", value, defaults[key])
+        if s == "pii":
+            for key, value in params.items():
+                if value not in PII_STRATEGIES:
+                    raise ConfigError(f"[pii].{key} = {value!r}: allowed values: "
+                                      + ", ".join(PII_STRATEGIES))
+        if s == "langid" and params["max_chars"] < 1:
+            raise ConfigError(f"[langid].max_chars = {params['max_chars']}: must be >= 1")
+        if s == "url_blocklist":
+            listed = _read_blocklist(params["file"]) if params["file"] else ()
+            params["domains"] = tuple(sorted({d.strip().lower().removeprefix("www.")
+                                              for d in (*params["domains"], *listed)}))
+            params["file"] = ""
+        out.append(StepConfig(s, tuple(params.items())))
+    return FiltersConfig(tuple(out))
+
+
+def _gates_from_dict(sec: Any, filters: FiltersConfig) -> GatesConfig:
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[gates] must be a table, got {type(sec).__name__}")
+    names = [s.name for s in filters.steps if s.name != "pii"]
+    _check_keys("gates", sec, {"strict", *names})
+    strict = sec.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ConfigError(f"[gates].strict = {strict!r}: must be true or false")
+    bounds = []
+    for name in names:
+        if name not in sec:
+            continue
+        b = sec[name]
+        if not isinstance(b, dict):
+            raise ConfigError(f"[gates.{name}] must be a table with min_drop and/or max_drop")
+        _check_keys(f"gates.{name}", b, {"min_drop", "max_drop"})
+        lo = _check_value(f"[gates.{name}].min_drop", b.get("min_drop", 0.0), 0.0)
+        hi = _check_value(f"[gates.{name}].max_drop", b.get("max_drop", 1.0), 0.0)
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ConfigError(f"[gates.{name}]: need 0 <= min_drop <= max_drop <= 1, got "
+                              f"{lo}..{hi}")
+        bounds.append((name, lo, hi))
+    return GatesConfig(strict=strict, bounds=tuple(bounds))
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+
+
+def _filters_to_toml(f: FiltersConfig, g: GatesConfig) -> str:
+    if not f.steps:
+        return ""
+    out = ["", "[filters]", "steps = " + _toml_value([s.name for s in f.steps])]
+    for s in f.steps:
+        out += ["", f"[{_OWN_SECTION.get(s.name, 'filters.' + s.name)}]"]
+        out += [f"{k} = {_toml_value(v)}" for k, v in s.params if k != "file"]
+    if g.strict or g.bounds:
+        out += ["", "[gates]", f"strict = {_toml_value(g.strict)}"]
+        for name, lo, hi in g.bounds:
+            out += ["", f"[gates.{name}]", f"min_drop = {lo!r}", f"max_drop = {hi!r}"]
+    return "\n".join(out) + "\n"

@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakecurate import config as configuration
 from lakecurate.commit import Committer
 from lakecurate.config import Config
 from lakecurate.errors import PermanentChunkError
@@ -164,7 +165,8 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     if not todo:
         return
     order = WorkOrder(staging_dir=str(paths.staging), run_id=report.run_id,
-                      config_hash=cfg.hash, exact_dedup=cfg.dedup.exact)
+                      config_hash=cfg.hash, exact_dedup=cfg.dedup.exact,
+                      decisions=configuration.to_toml(cfg))
     n_workers = workers or cfg.ingest.workers or default_workers()
     try:
         _Scheduler(state, committer, reporter, report, cfg, order, n_workers,

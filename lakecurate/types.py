@@ -59,6 +59,9 @@ class WorkOrder:
     run_id: str
     config_hash: str
     exact_dedup: bool = True
+    # The pipeline config as lakecurate.toml text (config.to_toml): filters, PII, gates. Empty:
+    # the worker reads the lake's own lakecurate.toml next to staging_dir, checked by hash.
+    decisions: str = ""
 
 
 @dataclass
@@ -77,6 +80,8 @@ class ChunkResult:
     filter_stats: list[tuple[str, int, int]] = field(default_factory=list)  # step, in, dropped
     seconds: float = 0.0
     worker: str = ""
+    redactions: dict[str, int] = field(default_factory=dict)  # PII type -> matches replaced
+    gate_violations: list[str] = field(default_factory=list)  # quality gates this chunk broke
 
 
 # The schema of the Delta table `documents`: one row per input record, kept or not.

@@ -4,6 +4,6 @@
 -- name: length
 CREATE OR REPLACE MACRO length_filter(text, min_chars := 100, max_chars := 1000000) AS
     CASE
-        WHEN length(text) < min_chars THEN lc_detail('length.chars', length(text))
-        WHEN length(text) > max_chars THEN lc_detail('length.chars', length(text))
+        WHEN length(text) < min_chars THEN 'length.chars=' || length(text)
+        WHEN length(text) > max_chars THEN 'length.chars=' || length(text)
     END;

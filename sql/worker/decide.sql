@@ -1,19 +1,27 @@
 -- Within-chunk decisions, run by a worker over the Arrow table `records` of one chunk.
--- Normalise (newlines, NFC, outer whitespace), hash, drop empties, keep the first of each
+-- Normalise (newlines, NFC, outer whitespace), filter (sql/filters/, chained by
+-- lakecurate.filters), hash, drop empties, keep the first of each
 -- exact-duplicate group in line order. Lake-wide dedup happens later, in the driver.
 -- Outer whitespace is Python's str.isspace() set: RE2's \s is ASCII only, so without \p{Z} etc. a
 -- text of no-break or ideographic spaces would be kept as a non-empty document.
 
+-- name: normalise
+SELECT *,
+    CASE WHEN kind IS NULL THEN regexp_replace(
+        nfc_normalize(replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10))),
+        '^[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+|[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+$', '', 'g')
+    END AS norm
+FROM records;
+
 -- name: decide
-WITH normalised AS (
-    SELECT *,
-        CASE WHEN kind IS NULL THEN regexp_replace(
-            nfc_normalize(replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10))),
-            '^[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+|[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+$', '', 'g')
-        END AS norm
-    FROM records
+-- Reads `filtered`: the normalised records after the filter pipeline (lakecurate.filters), with
+-- the final text `t` (after C4 line edits and PII redaction), the filter's verdict (`f_reason`,
+-- `f_detail`, `f_step`) and `lang`/`lang_score`. The empty check and the content hash apply to
+-- the final text, so an edit that empties a document drops it and dedup sees redacted text.
+WITH survivors AS (
+    SELECT *, kind IS NULL AND f_reason IS NULL AND t <> '' AS alive FROM filtered
 ), hashed AS (
-    SELECT *, CASE WHEN norm <> '' THEN md5(norm) END AS chash FROM normalised
+    SELECT *, CASE WHEN alive THEN md5(t) END AS chash FROM survivors
 ), ranked AS (
     SELECT *,
         row_number() OVER (PARTITION BY chash ORDER BY source_line) AS dup_rank,
@@ -23,28 +31,31 @@ WITH normalised AS (
 SELECT
     id,
     id_given,
-    norm AS text,
+    t AS text,
     meta,
     raw,
-    (kind IS NULL AND norm <> '' AND (dup_rank = 1 OR NOT $exact)) AS kept,
+    (alive AND (dup_rank = 1 OR NOT $exact)) AS kept,
     CASE
         WHEN kind IS NOT NULL THEN 'malformed:' || kind
-        WHEN norm = '' THEN 'filter:empty'
+        WHEN f_reason IS NOT NULL THEN f_reason
+        WHEN t = '' THEN 'filter:empty'
         WHEN $exact AND dup_rank > 1 THEN 'exact_dup'
     END AS reason,
-    NULL::VARCHAR AS detail,
+    f_detail AS detail,
     error,
-    CASE WHEN kind IS NULL AND norm <> '' AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
+    CASE WHEN alive AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
     NULL::BIGINT AS cluster_id,
-    NULL::VARCHAR AS lang,
-    NULL::DOUBLE AS lang_score,
+    lang,
+    lang_score,
     chash AS content_hash,
     $chunk_key AS chunk_key,
     $source_path AS source_path,
     source_line,
     $input_sha256 AS input_sha256,
     $run_id AS run_id,
-    $config_hash AS config_hash
+    $config_hash AS config_hash,
+    f_step AS filter_step,
+    pii_n
 FROM ranked
 ORDER BY source_line;
 

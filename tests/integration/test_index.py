@@ -1,0 +1,93 @@
+"""The two-tier membership index: tier 1 (Bloom files) is a cache in front of tier 2 (DuckDB).
+Losing or damaging it loses nothing; only keys tier 1 cannot rule out reach DuckDB."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from helpers import lake_rows
+
+from lakecurate import Lake
+from lakecurate.index import MembershipIndex
+from lakecurate.state import StateStore
+
+
+def _hex(i: int) -> str:
+    return f"{i:032x}"
+
+
+def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
+    state = StateStore.open(tmp_path / "state.duckdb")
+    index = MembershipIndex(state.con)
+    index.open_tier1(tmp_path / "index")  # empty lake: empty filters, no warning
+    known = pa.table({"content_hash": [_hex(i) for i in range(20_000)],
+                      "id": [f"d{i}" for i in range(20_000)],
+                      "chunk_key": ["c"] * 20_000})
+    with state.transaction():
+        index.add(known, known.select(["id", "chunk_key"]), seq=1)
+    # 20,000 keys never added: tier 1 answers almost all of them alone
+    fresh = pa.array([_hex(i) for i in range(10**6, 10**6 + 20_000)])
+    before = index.stats.tier2_queries
+    assert index.content_seen(fresh).num_rows == 0
+    maybe = index.stats.maybe
+    assert maybe < 20_000 * 0.01  # p = 0.001, with room for chance
+    assert index.stats.tier2_queries - before == (1 if maybe else 0)
+    # keys that are all present: every one is a maybe, answered in one batched join
+    before_q, before_m = index.stats.tier2_queries, index.stats.maybe
+    found = index.content_seen(pa.array([_hex(i) for i in range(0, 20_000, 7)]))
+    assert found.num_rows == len(range(0, 20_000, 7))
+    assert index.stats.tier2_queries - before_q == 1
+    assert index.stats.maybe - before_m == found.num_rows
+    ids = index.ids_seen(pa.array(["d5", "d19999", "nope"]))
+    assert sorted(ids["id"].to_pylist()) == ["d19999", "d5"]
+    index.save_tier1(tmp_path / "index")
+    state.close()
+
+    # reopened: loaded from the files (nothing to top up), the same answers
+    state = StateStore.open(tmp_path / "state.duckdb")
+    again = MembershipIndex(state.con)
+    assert again.open_tier1(tmp_path / "index") == []
+    assert again.content_seen(pa.array([_hex(3)])).num_rows == 1
+    halves = np.array([[1, 2]], dtype=np.uint64)
+    assert again.tier1["content"].contains_hashes(halves).tolist() == [False]
+    state.close()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "delete"])
+def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
+        damage: str, corpus: Path, config_file: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    lake_dir = tmp_path / "lake"
+    lake = Lake.open(lake_dir)
+    first = sorted(data.iterdir())[:2]
+    assert lake.ingest(first, config=config_file).ok
+    bloom_file = lake_dir / "index" / "content.bloom"
+    assert bloom_file.exists()
+    raw = bytearray(bloom_file.read_bytes())
+    if damage == "truncate":
+        bloom_file.write_bytes(bytes(raw[: len(raw) // 2]))
+    elif damage == "flip":
+        raw[len(raw) - 10] ^= 0x40
+        bloom_file.write_bytes(bytes(raw))
+    elif damage == "foreign":
+        bloom_file.write_bytes(json.dumps({"not": "a bloom file"}).encode() * 50)
+    else:
+        bloom_file.unlink()
+    report = lake.ingest([data])
+    assert report.ok
+    warnings = [n for n in report.notes if "content.bloom" in n]
+    assert len(warnings) == 1 and "rebuilt from state.duckdb" in warnings[0]
+    # exactly the lake a clean two-step ingest gives
+    twin_dir = tmp_path / "twin"
+    twin = Lake.open(twin_dir)
+    assert twin.ingest(first, config=config_file).ok
+    assert twin.ingest([data]).ok
+    assert lake_rows(lake_dir) == lake_rows(twin_dir)
+    # and the rebuilt file is good again: the next run loads it without a word
+    assert not [n for n in lake.ingest([data]).notes if "bloom" in n]

@@ -1,0 +1,217 @@
+"""The filter macros of ``sql/filters/``: small SQL in, rows out, one case per rule and edge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import duckdb
+import pytest
+
+from lakecurate import engine, filters
+
+GOOD = ("The quick brown fox jumps over the lazy dog and then runs to the woods with a friend. "
+        * 8).strip()
+CJK = "床前明月光疑是地上霜举头望明月低头思故乡" * 20
+LONG_LINE = ("word " * 50_000).strip()
+
+
+@pytest.fixture(scope="module")
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = engine.connect(threads=1)
+    filters.install(c)
+    yield c
+    c.close()
+
+
+def one(con: duckdb.DuckDBPyConnection, expr: str, **params: Any) -> Any:
+    return con.sql(f"SELECT {expr}", params=params).fetchall()[0][0]
+
+
+# -- length and utf8 -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "detail"), [
+    ("", "length.chars=0"), ("one", "length.chars=3"), ("   ", "length.chars=3"),
+    (GOOD, None), (CJK, None), ("x" * 1_000_001, "length.chars=1000001"),
+])
+def test_length(con: duckdb.DuckDBPyConnection, text: str, detail: str | None) -> None:
+    assert one(con, "length_filter($t)", t=text) == detail
+
+
+def test_utf8_replacement_and_control_characters(con: duckdb.DuckDBPyConnection) -> None:
+    assert one(con, "utf8_filter($t)", t=GOOD) is None
+    assert one(con, "utf8_filter($t)", t="") is None
+    assert one(con, "utf8_filter($t)", t="bad \ufffd text").startswith("utf8.replacement_ratio=")
+    assert one(con, "utf8_filter($t)", t="\x1b[31mred\x1b[0m").startswith("utf8.control_ratio=")
+    assert one(con, "utf8_filter($t)", t="tabs\tand\nnewlines") is None
+
+
+def test_url_blocklist_matches_domains_and_subdomains(con: duckdb.DuckDBPyConnection) -> None:
+    q = "url_blocklist_filter($u, domains := ['spam.com'])"
+    assert one(con, q, u="https://www.spam.com/x") == "url_blocklist.host=spam.com"
+    assert one(con, q, u="http://a.b.SPAM.com:80/") == "url_blocklist.host=a.b.spam.com"
+    assert one(con, q, u="https://notspam.com/") is None
+    assert one(con, q, u=None) is None
+    assert one(con, q, u="") is None
+
+
+# -- Gopher quality ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "prefix"), [
+    ("", "gopher_quality.n_words=0"),
+    ("one", "gopher_quality.n_words=1"),
+    ("   ", "gopher_quality.n_words=0"),
+    (CJK, "gopher_quality.n_words=1"),
+    (" ".join(["a"] * 60), "gopher_quality.mean_word_length="),
+    (" ".join(["internationalisation"] * 60), "gopher_quality.mean_word_length="),
+    (GOOD + " #" * 40, "gopher_quality.hash_ratio="),
+    (GOOD + " ..." * 40, "gopher_quality.ellipsis_ratio="),
+    ("\n".join(["- the item of that list and more"] * 60), "gopher_quality.bullet_lines_ratio="),
+    ("\n".join(["the end of that line is near and the story goes on and on ..."] * 60),
+     "gopher_quality.ellipsis_lines_ratio="),
+    (GOOD + " ;" * 200, "gopher_quality.alpha_words_ratio="),
+    (("Quick brown foxes jump over lazy dogs in woods. " * 10).strip(),
+     "gopher_quality.stop_words=0"),
+    (LONG_LINE, "gopher_quality.stop_words=0"),
+])
+def test_gopher_quality_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
+    assert one(con, "gopher_quality_filter($t)", t=text).startswith(prefix)
+
+
+def test_gopher_quality_keeps_prose_and_takes_parameters(con: duckdb.DuckDBPyConnection) -> None:
+    assert one(con, "gopher_quality_filter($t)", t=GOOD) is None
+    assert one(con, "gopher_quality_filter($t, min_doc_words := 500)", t=GOOD) \
+        == "gopher_quality.n_words=144"
+
+
+# -- Gopher repetition (the n-gram counts are set-based over a relation) -------------------------
+def repetition(con: duckdb.DuckDBPyConnection, text: str) -> str | None:
+    con.execute("CREATE OR REPLACE TEMP TABLE lc_input AS SELECT 1 AS doc, $t AS text",
+                {"t": text})
+    sql = (f"WITH ng AS ({engine.q('filters.gopher_repetition_ngrams')}) "
+           "SELECT gopher_repetition_filter(i.text, ng.ngram_chars) FROM lc_input i "
+           "LEFT JOIN ng USING (doc)")
+    return con.sql(sql).fetchall()[0][0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("text", "prefix"), [
+    ("\n\n".join(["same paragraph here"] * 4 + ["other one", "third"]),
+     "gopher_repetition.dup_para_frac="),
+    ("\n".join(["same line here", "a", "b", "c", "same line here", "d", "e", "f", "g", "h"]),
+     "gopher_repetition.dup_line_char_frac="),
+    ("\n".join(["x"] * 5 + [f"line {i}" for i in range(5)]), "gopher_repetition.dup_line_frac="),
+    (" ".join(["alpha beta"] * 30 + ["w" + str(i) for i in range(30)]),
+     "gopher_repetition.top_2_gram_frac="),
+    (" ".join([f"w{i}" for i in range(40)] * 2), "gopher_repetition.dup_5_gram_frac="),
+])
+def test_gopher_repetition_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
+    assert (repetition(con, text) or "").startswith(prefix)
+
+
+@pytest.mark.parametrize("text", ["", "one", "   ", CJK[:40], GOOD.replace("friend.", "pal.", 1)])
+def test_gopher_repetition_edges_pass(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    if text == CJK[:40]:  # the poem repeats itself: one token, no n-grams, no duplicate lines
+        assert repetition(con, text) is None
+    elif text.startswith("The"):  # the same sentence 8 times: a repetitive document
+        assert repetition(con, text) is not None
+    else:
+        assert repetition(con, text) is None
+
+
+def test_gopher_repetition_very_long_line(con: duckdb.DuckDBPyConnection) -> None:
+    # 49,999 overlapping "word word" 2-grams of 9 characters over 249,999 characters
+    assert repetition(con, LONG_LINE) == "gopher_repetition.top_2_gram_frac=1.8"
+
+
+# -- C4 ------------------------------------------------------------------------------------------
+def c4(con: duckdb.DuckDBPyConnection, text: str, **kw: object) -> dict[str, Any]:
+    args = "".join(f", {k} := {v}" for k, v in kw.items())
+    return one(con, f"c4_filter($t{args})", t=text)  # type: ignore[no-any-return]
+
+
+def test_c4_line_rules_edit_the_text(con: duckdb.DuckDBPyConnection) -> None:
+    text = "\n".join([
+        "This line is a fine sentence.", "Menu", "no terminal punctuation here",
+        "Please enable JavaScript to view this page.", "We use cookies on this site.",
+        "Another good line, with a citation[1] in it.", "Two words.", "It ends with...",
+        "Third good line! And a second sentence here.", "Fourth good line is here.",
+    ])
+    r = c4(con, text)
+    assert r["detail"] is None
+    assert r["text"] == ("This line is a fine sentence.\n"
+                         "Another good line, with a citation in it.\n"
+                         "Third good line! And a second sentence here.\n"
+                         "Fourth good line is here.")
+
+
+@pytest.mark.parametrize(("text", "detail"), [
+    ("Some text here. Lorem ipsum dolor sit amet.", "c4.lorem_ipsum=1"),
+    ("The function { return x; } is here.", "c4.curly_bracket=1"),
+    ("Only one good sentence here.", "c4.sentences=1"),
+    ("", "c4.sentences=0"), ("one", "c4.sentences=0"), ("   ", "c4.sentences=0"),
+    ("床前明月光。疑是地上霜。", "c4.sentences=0"),
+    (("x" * 1001) + " is a long word.", "c4.sentences=0"),
+])
+def test_c4_page_rules(con: duckdb.DuckDBPyConnection, text: str, detail: str) -> None:
+    assert c4(con, text)["detail"] == detail
+
+
+def test_c4_parameters(con: duckdb.DuckDBPyConnection) -> None:
+    assert c4(con, "Only one good sentence here.", min_num_sentences=1)["detail"] is None
+    assert c4(con, "a b.", min_words_per_line=2, min_num_sentences=1)["text"] == "a b."
+
+
+# -- FineWeb -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "prefix"), [
+    ("\n".join(["no punctuation at the end of this line at all"] * 10),
+     "fineweb.line_punct_ratio="),
+    ("\n".join(["short."] * 10), "fineweb.short_line_ratio="),
+    ("\n".join([f"A long enough line number {i} that ends well." for i in range(10)]
+               + ["A long enough line number 1 that ends well."]), "fineweb.char_dup_ratio="),
+    ("\n".join([f"Supercalifragilisticexpialidocious number{i}." for i in range(20)]),
+     "fineweb.list_ratio="),
+    ("", "fineweb.line_punct_ratio=0.0"), ("one", "fineweb.line_punct_ratio=0.0"),
+    (CJK + "。", "fineweb.line_punct_ratio=0.0"),
+])
+def test_fineweb_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
+    assert one(con, "fineweb_filter($t)", t=text).startswith(prefix)
+
+
+def test_fineweb_keeps_prose(con: duckdb.DuckDBPyConnection) -> None:
+    assert one(con, "fineweb_filter($t)", t=GOOD) is None
+    assert one(con, "fineweb_filter($t)", t=LONG_LINE + ".") is None
+
+
+# -- PII -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("macro", "text", "tagged", "n"), [
+    ("pii_email", "write to jane.doe+x@mail.example.org today", "write to <EMAIL> today", 1),
+    ("pii_ipv4", "from 192.168.0.1 not 999.1.2.3 or 1.2.3",
+     "from <IPV4> not 999.1.2.3 or 1.2.3", 1),
+    ("pii_ipv6", "at 2001:db8::ff00:42:8329 and fe80::1, std::vector at 10:30",
+     "at <IPV6> and <IPV6>, std::vector at 10:30", 2),
+    ("pii_phone", "call (555) 123-4567 or +44 20 7946 0958; years 1999 2000 2001",
+     "call <PHONE> or <PHONE>; years 1999 2000 2001", 2),
+    ("pii_email", "", "", 0), ("pii_phone", "床前明月光", "床前明月光", 0),
+])
+def test_pii_tag(con: duckdb.DuckDBPyConnection, macro: str, text: str, tagged: str,
+                 n: int) -> None:
+    assert one(con, f"{macro}($t)", t=text) == {"text": tagged, "n": n}
+
+
+def test_pii_hash_is_stable_and_drop_leaves_text(con: duckdb.DuckDBPyConnection) -> None:
+    r = one(con, "pii_email($t, strategy := 'hash')", t="a@b.com and a@b.com, c@d.com")
+    first = r["text"].split(" ")[0]
+    assert first.startswith("<EMAIL:") and r["text"].split(" ")[2].rstrip(",") == first
+    assert r["n"] == 3
+    assert one(con, "pii_email($t, strategy := 'drop')", t="a@b.com") == {"text": "a@b.com", "n": 1}
+
+
+# -- language id ---------------------------------------------------------------------------------
+def test_langid_udf_and_decision(con: duckdb.DuckDBPyConnection) -> None:
+    r = one(con, "lc_langid($t)", t=GOOD)
+    assert r["lang"] == "en" and r["score"] > 0.9
+    assert one(con, "lc_langid($t)", t="Le chat est sur la table et il dort tout l'après-midi.")[
+        "lang"] == "fr"
+    assert one(con, "lc_langid($t)", t=CJK)["lang"] == "zh"
+    assert one(con, "lc_langid($t)", t="")["lang"] == "un"
+    assert one(con, "langid_filter('fr', 0.99)") == "langid.lang=fr"
+    assert one(con, "langid_filter('en', 0.5)") == "langid.score=0.5"
+    assert one(con, "langid_filter('fr', 0.99, keep := [])") is None

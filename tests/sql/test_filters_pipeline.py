@@ -1,0 +1,113 @@
+"""``process_chunk`` with the filter pipeline on: reasons, details, edits, the funnel, gates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from lakecurate import chunking, config, worker
+from lakecurate.errors import PermanentChunkError
+from lakecurate.types import ChunkResult, Format, WorkOrder
+
+GOOD = "\n".join([
+    "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",
+    "By the second morning the old bridge was under water and the school had closed its doors.",
+    "Volunteers from the next town arrived with boats, blankets and bread for the families.",
+    "Nobody could remember a flood like it since the winter their grandparents had married.",
+    "When the water finally went down, the fields were covered with a thick layer of mud.",
+    "It took most of that summer to repair the roads, the fences and the little church roof.",
+])
+
+
+def _run(tmp_path: Path, texts: list[str], data: dict[str, Any]) -> tuple[ChunkResult,
+                                                                          list[dict[str, Any]]]:
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n"
+                            for i, t in enumerate(texts)))
+    (spec,) = chunking.plan_file(str(path), Format.JSONL, 1 << 30)[1]
+    cfg = config.from_dict(data)
+    staging = tmp_path / "staging"
+    staging.mkdir(exist_ok=True)
+    order = WorkOrder(staging_dir=str(staging), run_id="r", config_hash=cfg.hash,
+                      decisions=config.to_toml(cfg))
+    result = worker.process_chunk(spec, order)
+    return result, pq.read_table(result.staged_path).to_pylist()
+
+
+PIPELINE = {"filters": {"steps": ["length", "gopher_quality", "c4", "pii", "langid",
+                                  "gopher_repetition"],
+                        "length": {"min_chars": 10}},
+            "pii": {"email": "tag", "phone": "drop"}}
+
+
+def test_reasons_details_edits_and_funnel(tmp_path: Path) -> None:
+    texts = [
+        GOOD,                                   # kept
+        "short",                                # length
+        " ".join(["a"] * 60),                   # gopher_quality.mean_word_length
+        GOOD + "\nmenu item",                   # C4 removes the last line: then a dup of d0
+        GOOD.replace("families.", "families (mail jo@ex.com).", 1),  # e-mail tagged
+        GOOD + "\nCall (555) 123-4567 now, it is good.",        # phone: dropped
+        GOOD.replace("three days", "four days") + "\nmenu",  # edited by C4, then kept
+        "   ",                                  # empty
+        "Le renard brun saute par-dessus le chien paresseux et court dans les bois avec un ami "
+        "de la famille. " * 8,                  # langid (fr), after gopher (the/of stop words?)
+    ]
+    result, rows = _run(tmp_path, texts, PIPELINE)
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["d0"]["kept"] and by_id["d0"]["lang"] == "en" and by_id["d0"]["lang_score"] > 0.5
+    assert by_id["d1"]["reason"] == "filter:length"
+    assert by_id["d1"]["detail"] == "length.chars=5"
+    assert by_id["d2"]["reason"] == "filter:gopher_quality"
+    assert by_id["d2"]["detail"].startswith("gopher_quality.mean_word_length=")
+    # Dedup sees the final (edited) text.
+    assert by_id["d3"]["reason"] == "exact_dup" and by_id["d3"]["dup_of"] == "d0"
+    assert by_id["d4"]["kept"] and "<EMAIL>" in by_id["d4"]["text"]
+    assert by_id["d5"]["reason"] == "filter:pii" and by_id["d5"]["detail"] == "pii.phone=1"
+    assert by_id["d6"]["kept"] and by_id["d6"]["text"].endswith("church roof.")
+    assert by_id["d7"]["reason"] == "filter:empty"
+    assert by_id["d8"]["reason"] in ("filter:langid", "filter:gopher_quality")
+    steps = [s for s, _, _ in result.filter_stats]
+    assert steps == ["parse", "filter:length", "filter:gopher_quality", "filter:c4", "pii:email",
+                     "pii:ipv4", "pii:ipv6", "pii:phone", "filter:langid",
+                     "filter:gopher_repetition", "filter:empty",
+                     "exact_dup:chunk"]
+    # The funnel adds up: each step's input is the previous step's survivors.
+    for (_, n_in, dropped), (_, next_in, _) in zip(result.filter_stats, result.filter_stats[1:],
+                                                   strict=False):
+        assert next_in == n_in - dropped
+    dropped = {s: d for s, _, d in result.filter_stats}
+    assert dropped["filter:length"] == 1 and dropped["pii:phone"] == 1
+    assert dropped["filter:empty"] == 1 and dropped["exact_dup:chunk"] == 1
+    assert result.rows_kept == sum(r["kept"] for r in rows) == 3  # d0, d4, d6
+    assert result.redactions == {"email": 1, "ipv4": 0, "ipv6": 0, "phone": 0}
+    assert result.gate_violations == []
+
+
+def test_no_filters_is_the_old_funnel(tmp_path: Path) -> None:
+    result, rows = _run(tmp_path, [GOOD, "", GOOD], {})
+    assert [s for s, _, _ in result.filter_stats] == ["parse", "filter:empty", "exact_dup:chunk"]
+    assert [r["reason"] for r in rows] == [None, "filter:empty", "exact_dup"]
+
+
+def test_gates_flag_or_fail(tmp_path: Path) -> None:
+    data = {"filters": {"steps": ["length"], "length": {"min_chars": 10}},
+            "gates": {"length": {"max_drop": 0.2}}}
+    result, _ = _run(tmp_path, [GOOD, "x", "y"], data)
+    assert result.gate_violations == ["length: dropped 66.7% (2/3), allowed 0%..20%"]
+    with pytest.raises(PermanentChunkError, match=r"length: dropped 66\.7%"):
+        _run(tmp_path, [GOOD, "x", "y"], {**data, "gates": {**data["gates"], "strict": True}})
+
+
+def test_worker_reads_the_lakes_config_when_the_order_has_none(tmp_path: Path) -> None:
+    cfg = config.from_dict(PIPELINE)
+    (tmp_path / "lakecurate.toml").write_text(config.to_toml(cfg))
+    order = WorkOrder(staging_dir=str(tmp_path / "staging"), run_id="r", config_hash=cfg.hash)
+    assert worker.pipeline_config(order) == cfg
+    wrong = WorkOrder(staging_dir=str(tmp_path / "staging"), run_id="r", config_hash="other")
+    with pytest.raises(PermanentChunkError, match="config hash"):
+        worker.pipeline_config(wrong)
