@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,9 +22,11 @@ import pyarrow.parquet as pq
 from lakecurate import engine, faults
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.near import NearDedup
 from lakecurate.rebuild import resync
 from lakecurate.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec
+from lakecurate.worker import BANDS_COLUMN, SIGNATURE_COLUMN
 
 
 @dataclass
@@ -42,7 +44,9 @@ class Committer:
     """Commits staged chunks one at a time, in the order the runner hands them over."""
 
     def __init__(self, state: StateStore, delta: DeltaStore, index: MembershipIndex,
-                 run_id: str, config_hash: str, exact_dedup: bool) -> None:
+                 run_id: str, config_hash: str, exact_dedup: bool,
+                 near: NearDedup | None = None) -> None:
+        self.near = near
         self.state = state
         self.delta = delta
         self.index = index
@@ -87,13 +91,20 @@ class Committer:
         steps = [tuple(s) for s in worker_steps if not str(s[0]).startswith("exact_dup")]
         return [*steps, *lake]  # type: ignore[list-item]
 
-    def _index(self, rows: pa.Table, seq: int) -> object:
+    def _index(self, rows: pa.Table, seq: int,
+               near_writer: Callable[[], None] | None = None) -> Callable[[object], None]:
         """The index writer for this chunk, called inside the state transaction."""
         kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
         not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"),
                                                False))
         given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
-        return lambda _kept: self.index.add(kept, given, seq)
+
+        def write(_kept: object) -> None:
+            self.index.add(kept, given, seq)
+            if near_writer is not None:
+                near_writer()
+
+        return write
 
     # -- the protocol ----------------------------------------------------------------------
     def commit(self, spec: ChunkSpec, result: ChunkResult) -> CommitOutcome:
@@ -103,11 +114,19 @@ class Committer:
         Delta log alone (``lakecurate verify --repair``).
         """
         staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
-        rows = self.decide(staged)
         key = result.chunk_key
-        kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        funnel = self._funnel(result.filter_stats, rows)
+        # The seq comes first: near dedup orders documents by it.
         seq = self.state.begin_commit("APPEND", [key], self.run_id, self.delta.version())
+        rows = self.decide(staged)
+        funnel = self._funnel(result.filter_stats, rows)
+        near_writer = None
+        if self.near is not None and SIGNATURE_COLUMN in rows.column_names:
+            kept_before = int(pc.sum(rows["kept"]).as_py() or 0)
+            rows, near_dups, near_writer = self.near.apply(rows, seq)
+            funnel.append(("near_dup", kept_before, near_dups))
+        elif SIGNATURE_COLUMN in rows.column_names:
+            rows = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
+        kept = int(pc.sum(rows["kept"]).as_py() or 0)
         faults.hit("before_delta_commit", key)
         record = {"rows_in": result.rows_in, "rows_malformed": result.rows_malformed,
                   "rows_kept": kept, "worker": result.worker, "funnel": funnel,
@@ -120,7 +139,7 @@ class Committer:
         version = self.delta.append(rows, seq, metadata)
         faults.hit("after_delta_commit", key)
         self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
-                                 self.run_id, self._index(rows, seq))
+                                 self.run_id, self._index(rows, seq, near_writer))
         Path(result.staged_path).unlink(missing_ok=True)
         return CommitOutcome(key, version, result.rows_in, kept, funnel[-1][2])
 
@@ -192,8 +211,10 @@ class Committer:
                              rows_malformed=malformed, blank_lines=0,
                              worker=str(record.get("worker", "")))
         funnel = [tuple(s) for s in record.get("funnel", [])]
+        near_writer = (self.near.writer_from_committed(rows, seq)
+                       if self.near is not None else None)
         self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
-                                 self.run_id, self._index(rows, seq))
+                                 self.run_id, self._index(rows, seq, near_writer))
 
     def _remove_orphans(self, intent_ns: int) -> int:
         """Delete data files an interrupted write left: unreferenced and newer than the intent.

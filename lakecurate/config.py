@@ -56,11 +56,54 @@ class DedupConfig:
 
 
 @dataclass(frozen=True)
+class NearDedupConfig:
+    """MinHash near-duplicate removal (``[near_dedup]``); off unless enabled.
+
+    The values are checked here for type only; their ranges are checked by
+    ``dedup.minhash.MinHashConfig`` when an ingest starts, before any work.
+    """
+
+    enabled: bool = False
+    threshold: float = 0.8
+    num_perm: int = 128
+    ngram: int = 5
+    unit: str = "auto"
+    seed: int = 1
+    bands: int | None = None
+    rows: int | None = None
+    verify: bool = True
+
+    def minhash_params(self) -> dict[str, Any]:
+        """The keyword arguments of ``MinHashConfig``."""
+        return {k: v for k, v in asdict(self).items() if k != "enabled"}
+
+
+_NEAR_TYPES: dict[str, tuple[type, ...]] = {
+    "enabled": (bool,), "threshold": (float, int), "num_perm": (int,), "ngram": (int,),
+    "unit": (str,), "seed": (int,), "bands": (int,), "rows": (int,), "verify": (bool,)}
+
+
+def _near_from_dict(sec: object) -> NearDedupConfig:
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[near_dedup] must be a table, got {type(sec).__name__}")
+    _check_keys("near_dedup", sec, set(_NEAR_TYPES))
+    for key, value in sec.items():
+        types = _NEAR_TYPES[key]
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            allowed = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"[near_dedup].{key} = {value!r}: must be {allowed}")
+    if "threshold" in sec:
+        sec = {**sec, "threshold": float(sec["threshold"])}
+    return NearDedupConfig(**sec)
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole pipeline configuration."""
 
     ingest: IngestConfig = field(default_factory=IngestConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
+    near_dedup: NearDedupConfig = field(default_factory=NearDedupConfig)
     # Lambdas: both classes are defined further down, with the filter sections.
     filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
     gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
@@ -77,6 +120,8 @@ class Config:
             out["filters"] = self.filters.decision_list()
         if self.gates.strict and self.gates.bounds:
             out["gates"] = [list(b) for b in self.gates.bounds]
+        if self.near_dedup.enabled:
+            out["near_dedup"] = self.near_dedup.minhash_params()
         return out
 
     @property
@@ -103,10 +148,11 @@ def _int(section: str, key: str, value: object, minimum: int) -> int:
 
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML."""
-    unknown = sorted(set(data) - {"ingest", "dedup", *_FILTER_SECTIONS})
+    unknown = sorted(set(data) - {"ingest", "dedup", "near_dedup", *_FILTER_SECTIONS})
     if unknown:
         raise ConfigError(f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
-                          "allowed keys: dedup, ingest, " + ", ".join(_FILTER_SECTIONS))
+                          "allowed keys: dedup, ingest, near_dedup, "
+                          + ", ".join(_FILTER_SECTIONS))
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
     for name, sec in (("ingest", ing), ("dedup", ded)):
@@ -133,6 +179,7 @@ def from_dict(data: dict[str, Any]) -> Config:
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
         ),
         dedup=DedupConfig(exact=exact),
+        near_dedup=_near_from_dict(data.get("near_dedup", {})),
         filters=(filters := _filters_from_dict(data)),
         gates=_gates_from_dict(data.get("gates", {}), filters),
     )
@@ -162,7 +209,14 @@ def to_toml(cfg: Config) -> str:
         f"workers = {i.workers}\n\n"
         "[dedup]\n"
         f"exact = {'true' if d.exact else 'false'}\n"
-    ) + _filters_to_toml(cfg.filters, cfg.gates)
+    ) + _near_to_toml(cfg.near_dedup) + _filters_to_toml(cfg.filters, cfg.gates)
+
+
+def _near_to_toml(n: NearDedupConfig) -> str:
+    if n == NearDedupConfig():
+        return ""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in asdict(n).items() if v is not None]
+    return "\n[near_dedup]\n" + "\n".join(lines) + "\n"
 
 
 # -- filters, language id, PII redaction, quality gates ------------------------------------------

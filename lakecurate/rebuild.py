@@ -107,6 +107,9 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
                 con.execute(engine.q("state.index_from_table"))
                 con.execute(engine.q("state.ids_from_table"))
                 con.unregister("table_rows")
+            if con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+                con.execute(engine.q("state.near_forget_absent_bands"))
+                con.execute(engine.q("state.near_forget_absent_docs"))
             con.execute(engine.q("state.clear_stat_cache"))
             before = con.execute(engine.q("state.count_commits")).fetchall()[0]
             con.execute(engine.q("state.insert_missing_commits"))

@@ -19,16 +19,18 @@ from pathlib import Path
 from lakecurate import config as configuration
 from lakecurate.commit import Committer
 from lakecurate.config import Config
+from lakecurate.dedup.lsh import NearDedupIndex
 from lakecurate.errors import PermanentChunkError
 from lakecurate.executor import LocalExecutor, default_workers
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
+from lakecurate.near import NearDedup
 from lakecurate.plan import make_plan
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.state import SNAPSHOT_NAME, StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
-from lakecurate.worker import read_staged_result, staged_name
+from lakecurate.worker import minhash_config, read_staged_result, staged_name
 
 HEARTBEAT_SECONDS = 5.0
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
@@ -137,8 +139,15 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
             verify: bool, reporter: Reporter, state: StateStore, report: IngestReport) -> None:
     delta = DeltaStore(paths.documents)
     index = MembershipIndex(state.con)
-    committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact)
+    near = None
+    if cfg.near_dedup.enabled:
+        near_index = NearDedupIndex(state.con, minhash_config(cfg))
+        near_index.create_schema()
+        near = NearDedup(near_index, near_index.cfg)
+    committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact, near)
     report.notes += committer.reconcile(paths.staging)
+    if near is not None and (note := near.rebuild_if_lost(state, delta)):
+        report.notes.append(note)
     report.notes += index.open_tier1(paths.index)
     for leftover in paths.root.glob("*.tmp_*"):  # e.g. a snapshot cut off by a kill
         leftover.unlink(missing_ok=True)

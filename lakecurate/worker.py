@@ -16,6 +16,7 @@ from dataclasses import asdict
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,11 +24,16 @@ import pyarrow.parquet as pq
 from lakecurate import config as configuration
 from lakecurate import engine, faults, filters
 from lakecurate.config import Config
-from lakecurate.errors import PermanentChunkError
+from lakecurate.dedup import lsh
+from lakecurate.dedup.minhash import MinHashConfig
+from lakecurate.errors import ConfigError, PermanentChunkError
 from lakecurate.io import read_chunk
 from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, WorkOrder
 
 RESULT_KEY = b"lakecurate.result"
+SIGNATURE_COLUMN = "nd_signature"  # staged-only columns for near dedup
+BANDS_COLUMN = "nd_bands"
+NEAR_DEDUP_REASONS = ("exact_dup", "duplicate_id", "near_dup")
 
 
 def staged_name(chunk_key: str, config_hash: str) -> str:
@@ -72,6 +78,40 @@ def pipeline_config(order: WorkOrder) -> Config:
     return cfg
 
 
+def minhash_config(cfg: Config) -> MinHashConfig:
+    """The MinHash settings of a pipeline config (ranges checked here, named in the error)."""
+    try:
+        return MinHashConfig(**cfg.near_dedup.minhash_params())  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(f"[near_dedup]: {exc}") from exc
+
+
+def near_dedup_candidates(rows: pa.Table) -> pa.Array:
+    """Rows that take part in near dedup: everything that passed the filters."""
+    reason = rows["reason"]
+    return pc.or_(pc.is_null(reason), pc.is_in(reason, pa.array(NEAR_DEDUP_REASONS)))
+
+
+def add_signatures(rows: pa.Table, mh: MinHashConfig) -> pa.Table:
+    """Append the MinHash signature and band hashes of every candidate row (NULL elsewhere).
+
+    The driver matches them against the lake's band index; they never reach the Delta table.
+    """
+    candidate = near_dedup_candidates(rows).to_numpy(zero_copy_only=False)
+    positions = np.flatnonzero(candidate)
+    texts = rows["text"].take(pa.array(positions)).to_pylist()
+    sig, bands = lsh.chunk_signatures([t or "" for t in texts], mh)
+    full_sig = pa.array([None] * rows.num_rows, sig.type)
+    full_bands = pa.array([None] * rows.num_rows, bands.type)
+    if len(positions):
+        index = np.full(rows.num_rows, -1, dtype=np.int64)
+        index[positions] = np.arange(len(positions))
+        take = pa.array(index, mask=index < 0)
+        full_sig, full_bands = sig.take(take), bands.take(take)
+    return rows.append_column(SIGNATURE_COLUMN, full_sig).append_column(BANDS_COLUMN,
+                                                                        full_bands)
+
+
 def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     """Parse, normalise, filter, hash and dedup one chunk; stage it; return its counts."""
     started = time.perf_counter()
@@ -105,6 +145,8 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     filters.enforce_gates(cfg.gates, violations, spec.chunk_key)
     redactions = filters.redactions(pipeline, decided)
     decided = decided.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    if cfg.near_dedup.enabled:
+        decided = add_signatures(decided, minhash_config(cfg))
     kept = int(pc.sum(decided["kept"]).as_py() or 0)
     malformed = funnel[0][2]
     path = Path(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)

@@ -63,3 +63,19 @@ FROM log_commits WHERE seq NOT IN (SELECT seq FROM commits);
 
 -- name: count_commits
 SELECT count(*) FROM commits;
+
+-- name: has_near_index
+SELECT count(*) FROM information_schema.tables WHERE table_name = 'minhash_docs';
+
+-- name: near_forget_absent_bands
+-- Near-dedup index rows of chunks the table no longer holds (doc_seq = commit seq << 32 | row).
+DELETE FROM minhash_bands WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records);
+
+-- name: near_forget_absent_docs
+DELETE FROM minhash_docs WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records);
+
+-- name: near_index_size
+SELECT count(*) FROM minhash_docs;
+
+-- name: success_in_commit_order
+SELECT chunk_key, commit_seq FROM chunks WHERE status = 'SUCCESS' ORDER BY commit_seq;
