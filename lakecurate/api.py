@@ -6,18 +6,20 @@ The CLI is a thin layer over this; everything a command can do, a program can do
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakecurate import bloom, engine, history, maintenance, query
 from lakecurate import config as configuration
-from lakecurate import engine, history, maintenance, query
+from lakecurate.chunking import discover
 from lakecurate.commit import Committer
 from lakecurate.config import Config
-from lakecurate.errors import ConfigError, LakeError
+from lakecurate.errors import ConfigError, LakeError, QueryError
 from lakecurate.export import DEFAULT_SHARD_BYTES, ExportManifest
-from lakecurate.index import MembershipIndex
+from lakecurate.index import MembershipIndex, describe_filter
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.maintenance import CompactReport, VacuumReport
@@ -77,6 +79,7 @@ class Lake:
                args: str = "") -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment."""
         cfg = self.config(config)
+        discover(inputs)  # a typo'd path must fail before a lake (and its config) is created
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
             tmp = self.paths.config.with_suffix(".toml.tmp")
@@ -139,6 +142,54 @@ class Lake:
     def verify(self, *, repair: bool = False) -> VerifyReport:
         """Check that table, log, state and index agree; with ``repair``, fix what can be."""
         return verify(self.root, repair=repair)
+
+    def index_stats(self) -> query.QueryResult:
+        """Tier 1 per key space (n, m, k, fill, estimated and target p, memory, from the Bloom
+        files) beside tier 2 (rows in DuckDB) and the last run's lookup counters."""
+        self._require_state()
+        con = query.open_reader(self.paths.state, self.paths.documents)
+        try:
+            tier2 = query.run(con, engine.q("index.tier2_sizes")).dicts()[0]
+            last = query.run(con, engine.q("state.get_meta"), {"key": "index.last_run"}).rows
+        finally:
+            con.close()
+        runs = json.loads(last[0][0]) if last else {}
+        rows = []
+        for space in ("content", "ids"):
+            info: dict[str, object] = {"space": space, "tier2_rows": tier2[space]}
+            try:
+                filt, watermark = bloom.load(self.paths.index / f"{space}.bloom")
+                info |= describe_filter(filt) | {"watermark": watermark, "file": "ok"}
+            except bloom.BloomFileError as exc:
+                info["file"] = exc.problem
+            rows.append(info)
+        for info in rows:
+            info |= {f"last_run_{k}": v for k, v in runs.items()}
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+        return query.QueryResult(columns, [tuple(r.get(c) for c in columns) for r in rows])
+
+    def dedup_stats(self, largest: int = 10, samples: int = 5) -> tuple[query.QueryResult,
+                                                                        query.QueryResult]:
+        """Near-duplicate clusters: (size distribution, the largest clusters with sample ids).
+
+        A giant cluster is the usual sign of a threshold that is too loose.
+        """
+        self._require_state()
+        cfg = self.config()
+        if not cfg.near_dedup.enabled:
+            raise LakeError(f"near dedup is not enabled in {self.paths.config} "
+                            "([near_dedup] enabled = true)")
+        con = query.open_reader(self.paths.state, self.paths.documents)
+        try:
+            sizes = query.run(con, engine.q("dedup.cluster_sizes"))
+            top = query.run(con, engine.q("dedup.largest_clusters"),
+                            {"limit": largest, "samples": samples})
+        except QueryError as exc:
+            raise LakeError(f"no near-dedup index in this lake yet ({exc}): run an ingest "
+                            "with near dedup enabled first") from exc
+        finally:
+            con.close()
+        return sizes, top
 
     def retry(self, keys: list[str] | None = None) -> list[str]:
         """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""

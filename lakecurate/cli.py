@@ -325,6 +325,63 @@ def restore_cmd(version: int, lake_path: Path) -> None:
     click.echo(f"restored version {version} as version {new}")
 
 
+@main.command("verify")
+@_lake_option
+@click.option("--repair", is_flag=True, help="Fix what can be fixed (rebuilds a missing or "
+              "corrupt state.duckdb from the Delta table).")
+def verify_cmd(lake_path: Path, repair: bool) -> None:
+    """Check that the Delta table, its log, the state and the index agree.
+
+    Every data file the log names must exist and read; SUCCESS chunks must be exactly the
+    table's, at the log's versions; no commit may be left half-done; no temp file may remain.
+    """
+    r = Lake.open(lake_path).verify(repair=repair)
+    for p in r.problems:
+        click.echo(f"problem: {p}")
+    for p in r.repaired:
+        click.echo(f"repaired: {p}")
+    if not r.problems:
+        click.echo(f"ok: {r.files_checked} data file(s) checked, state and log agree")
+    elif not repair:
+        click.echo("run `lakecurate verify --repair` to fix what can be fixed")
+    if not r.ok or (r.problems and not repair):
+        sys.exit(2)
+
+
+@main.group("index")
+def index_group() -> None:
+    """The two-tier membership index (Bloom filters in front of DuckDB)."""
+
+
+@index_group.command("stats")
+@_lake_option
+@_format_option
+def index_stats_cmd(lake_path: Path, fmt: str) -> None:
+    """n, m, k, fill ratio, estimated and target p, memory, and tier-2 counts per key space."""
+    res = Lake.open(lake_path).index_stats()
+    click.echo(render(res.columns, res.rows, fmt), nl=False)
+
+
+@main.command("dedup-stats")
+@_lake_option
+@click.option("--largest", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many of the largest clusters to list.")
+@_format_option
+def dedup_stats_cmd(lake_path: Path, largest: int, fmt: str) -> None:
+    """Near-duplicate clusters: the size distribution and the largest ones with sample ids.
+
+    A giant cluster is the usual sign of a threshold that is too loose.
+    """
+    sizes, top = Lake.open(lake_path).dedup_stats(largest)
+    for title, res in (("cluster sizes", sizes), ("largest clusters", top)):
+        if fmt == "table":
+            click.echo(f"== {title}")
+            click.echo(render(res.columns, res.rows, fmt), nl=False)
+        else:
+            click.echo(render(["section", *res.columns], [(title, *r) for r in res.rows], fmt),
+                       nl=False)
+
+
 @main.command("compact")
 @_lake_option
 @click.option("--target-size", default=None, help="Target file size (default: 100MiB).")

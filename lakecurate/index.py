@@ -24,6 +24,16 @@ TIER1_MIN_N = 1_000_000  # initial capacity; the filter grows as a chain beyond 
 SPACES = (("content", "index.content_since"), ("ids", "index.ids_since"))
 
 
+def describe_filter(filt: bloom.BloomFilter | bloom.ScalableBloomFilter) -> dict[str, object]:
+    """n, m, k, fill ratio, estimated and target p, memory of a tier-1 filter (`index stats`)."""
+    parts = filt.filters if isinstance(filt, bloom.ScalableBloomFilter) else (filt,)
+    return {"n": len(filt), "filters": len(parts), "m_bits": sum(f.m for f in parts),
+            "k": ",".join(str(f.k) for f in parts),
+            "fill_ratio": round(max(f.fill_ratio for f in parts), 6),
+            "estimated_p": float(f"{sum(f.estimated_fp_rate for f in parts):.3g}"),
+            "target_p": filt.target_p, "memory_mib": round(filt.memory_bytes / 2**20, 3)}
+
+
 @dataclass
 class IndexStats:
     """Counters of one run, for `index stats` and for tests that count tier-2 queries."""
@@ -95,19 +105,6 @@ class MembershipIndex:
         watermark = self.watermark()
         for space, filt in self.tier1.items():
             filt.save(index_dir / f"{space}.bloom", watermark)
-
-    def describe(self) -> list[dict[str, object]]:
-        """Per key space: n, m, k, fill ratio, estimated and target p, memory (`index stats`)."""
-        out = []
-        for space, filt in self.tier1.items():
-            parts = filt.filters if isinstance(filt, bloom.ScalableBloomFilter) else (filt,)
-            out.append({
-                "space": space, "n": len(filt), "filters": len(parts),
-                "m_bits": sum(f.m for f in parts), "k": ",".join(str(f.k) for f in parts),
-                "fill_ratio": round(max(f.fill_ratio for f in parts), 6),
-                "estimated_p": float(f"{sum(f.estimated_fp_rate for f in parts):.3g}"),
-                "target_p": filt.target_p, "memory_mib": round(filt.memory_bytes / 2**20, 3)})
-        return out
 
     # -- lookups ---------------------------------------------------------------------------
     def _keys(self, statement: str, column: str, values: pa.Array) -> pa.Table:

@@ -48,3 +48,6 @@ FROM doc_ids WHERE seq > $since;
 -- name: counts
 SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids,
        (SELECT coalesce(max(seq), 0) FROM commits WHERE status = 'DONE') AS watermark;
+
+-- name: tier2_sizes
+SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids;

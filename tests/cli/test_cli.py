@@ -158,9 +158,6 @@ def test_ingest_names_the_missing_one_among_several(run_cli: RunCli, corpus: Pat
     assert "web_a" not in line
 
 
-@pytest.mark.xfail(strict=True, reason="Lake.ingest (api.py) creates the lake and stores the "
-                   "config before the inputs are checked: a typo'd path leaves a lake behind "
-                   "whose default config then refuses the intended --config")
 def test_failed_ingest_of_a_missing_path_creates_no_lake(run_cli: RunCli,
                                                          tmp_path: Path) -> None:
     run_cli("ingest", tmp_path / "typo.jsonl", "--lake", tmp_path / "lake")
@@ -447,3 +444,27 @@ def test_cli_reference_is_current() -> None:
 def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "40")
     assert _generator().render() == DOC.read_text(encoding="utf-8")
+
+
+def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Path,
+                                                     run_cli) -> None:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / "near.toml"
+    cfg.write_text('[ingest]\nchunk_size = "64KiB"\n\n[near_dedup]\nenabled = true\n')
+    lake = tmp_path / "lake"
+    assert run_cli("ingest", corpus, "--lake", lake, "--config", cfg).returncode == 0
+    ok = run_cli("verify", "--lake", lake)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok:")
+    stats = run_cli("index", "stats", "--lake", lake, "--format", "json")
+    assert stats.returncode == 0, stats.stderr
+    rows = [json.loads(line) for line in stats.stdout.splitlines()]
+    assert {r["space"] for r in rows} == {"content", "ids"}
+    assert all(r["file"] == "ok" and r["n"] >= r["tier2_rows"] > 0 for r in rows)
+    dd = run_cli("dedup-stats", "--lake", lake, "--format", "json")
+    assert dd.returncode == 0, dd.stderr
+    sections = {json.loads(line)["section"] for line in dd.stdout.splitlines()}
+    assert sections == {"cluster sizes", "largest clusters"}
+    (lake / "state.duckdb").unlink()
+    broken = run_cli("verify", "--lake", lake)
+    assert broken.returncode == 2 and "verify --repair" in broken.stdout
+    fixed = run_cli("verify", "--lake", lake, "--repair")
+    assert fixed.returncode == 0 and "repaired:" in fixed.stdout
