@@ -38,6 +38,7 @@ class LakeStatus:
     funnel: query.QueryResult
     failures: query.QueryResult
     runs: query.QueryResult
+    flagged: query.QueryResult
 
 
 class Lake:
@@ -108,6 +109,7 @@ class Lake:
                 funnel=query.run(con, engine.q("state.funnel")),
                 failures=query.run(con, engine.q("state.failures")),
                 runs=query.run(con, engine.q("state.runs"), {"limit": 5}),
+                flagged=query.run(con, engine.q("state.flagged")),
             )
         finally:
             con.close()

@@ -174,9 +174,9 @@ def status_cmd(lake_path: Path, fmt: str) -> None:
     """Chunks by status, rows kept and dropped, the funnel, recent failures and runs."""
     st = Lake.open(lake_path).status()
     for title, res in (("chunks", st.by_status), ("funnel", st.funnel),
-                       ("failures", st.failures), ("runs", st.runs)):
+                       ("flagged", st.flagged), ("failures", st.failures), ("runs", st.runs)):
         if fmt == "table":
-            if title == "failures" and not res.rows:
+            if title in ("failures", "flagged") and not res.rows:
                 continue
             click.echo(f"== {title}")
             click.echo(render(res.columns, res.rows, fmt), nl=False)

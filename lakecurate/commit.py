@@ -130,6 +130,7 @@ class Committer:
         faults.hit("before_delta_commit", key)
         record = {"rows_in": result.rows_in, "rows_malformed": result.rows_malformed,
                   "rows_kept": kept, "worker": result.worker, "funnel": funnel,
+                  "gate_violations": result.gate_violations, "redactions": result.redactions,
                   "spec": asdict(spec) | {"format": spec.format.value}}
         metadata = {"lakecurate.chunk_key": key, "lakecurate.run_id": self.run_id,
                     "lakecurate.config_hash": self.config_hash,
@@ -209,7 +210,9 @@ class Committer:
                              rows_in=rows.num_rows, rows_kept=kept,
                              rows_dropped=rows.num_rows - kept - malformed,
                              rows_malformed=malformed, blank_lines=0,
-                             worker=str(record.get("worker", "")))
+                             worker=str(record.get("worker", "")),
+                             gate_violations=list(record.get("gate_violations", [])),
+                             redactions=dict(record.get("redactions", {})))
         funnel = [tuple(s) for s in record.get("funnel", [])]
         near_writer = (self.near.writer_from_committed(rows, seq)
                        if self.near is not None else None)

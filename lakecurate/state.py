@@ -6,6 +6,7 @@ writer (the lake lock guarantees it), workers never touch this file.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -267,7 +268,9 @@ class StateStore:
                 "key": key, "version": version, "rows_in": result.rows_in,
                 "rows_kept": rows_kept,
                 "rows_dropped": result.rows_in - rows_kept - result.rows_malformed,
-                "rows_malformed": result.rows_malformed, "worker": result.worker or None})
+                "rows_malformed": result.rows_malformed, "worker": result.worker or None,
+                "gate_violations": "; ".join(result.gate_violations) or None,
+                "redactions": json.dumps(result.redactions) if result.redactions else None})
             self._x("state.finish_commit", {"seq": seq, "version": version,
                                             "added": result.rows_in, "removed": 0})
 

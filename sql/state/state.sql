@@ -124,6 +124,7 @@ WHERE seq = $seq;
 UPDATE chunks SET status = 'SUCCESS', delta_version = $version, finished_at = now(),
     rows_in = $rows_in, rows_kept = $rows_kept, rows_dropped = $rows_dropped,
     rows_malformed = $rows_malformed, worker = coalesce($worker, worker),
+    gate_violations = $gate_violations, redactions = $redactions,
     last_error = NULL, traceback = NULL
 WHERE chunk_key = $key;
 

@@ -7,6 +7,11 @@ SELECT status, count(*) AS chunks, sum(input_bytes) AS input_bytes,
        coalesce(sum(rows_malformed), 0) AS rows_malformed
 FROM chunks GROUP BY status ORDER BY status;
 
+-- name: flagged
+-- Chunks outside a quality gate (a drop rate out of its configured bounds).
+SELECT chunk_key, gate_violations FROM chunks
+WHERE gate_violations IS NOT NULL AND status = 'SUCCESS' ORDER BY chunk_key LIMIT 20;
+
 -- name: failures
 SELECT chunk_key, status, attempts, last_error FROM chunks
 WHERE status IN ('FAILED', 'DEAD') ORDER BY finished_at DESC NULLS LAST, chunk_key LIMIT 20;
