@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -47,6 +48,7 @@ class Committer:
                  run_id: str, config_hash: str, exact_dedup: bool,
                  near: NearDedup | None = None) -> None:
         self.near = near
+        self._scratch_con: duckdb.DuckDBPyConnection | None = None
         self.state = state
         self.delta = delta
         self.index = index
@@ -67,27 +69,38 @@ class Committer:
                         if self.exact_dedup else
                         pa.table({"content_hash": pa.array([], pa.string()),
                                   "doc_id": pa.array([], pa.string())}))
-        con = engine.connect(threads=1)
+        con = self._scratch()
+        con.register("staged", staged)
+        con.register("seen_ids", seen_ids)
+        con.register("seen_content", seen_content)
         try:
-            con.register("staged", staged)
-            con.register("seen_ids", seen_ids)
-            con.register("seen_content", seen_content)
             rows = con.sql(engine.q("commit.apply_lake_decisions"),
                            params={"exact": self.exact_dedup}).to_arrow_table()
         finally:
-            con.close()
+            for name in ("staged", "seen_ids", "seen_content"):
+                con.unregister(name)
         return rows.cast(staged.schema)
 
-    @staticmethod
-    def _funnel(worker_steps: Sequence[Sequence[object]],
+    def _scratch(self) -> duckdb.DuckDBPyConnection:
+        """One in-memory DuckDB for the driver's per-chunk SQL (opening one costs ~10 ms)."""
+        if self._scratch_con is None:
+            self._scratch_con = engine.connect(threads=1)
+        return self._scratch_con
+
+    def close(self) -> None:
+        if self._scratch_con is not None:
+            self._scratch_con.close()
+            self._scratch_con = None
+
+    def _funnel(self, worker_steps: Sequence[Sequence[object]],
                 rows: pa.Table) -> list[tuple[str, int, int]]:
         """The worker's steps (its own dedup is redone here), then the lake-wide ones."""
-        con = engine.connect(threads=1)
+        con = self._scratch()
+        con.register("decided", rows)
         try:
-            con.register("decided", rows)
             lake = [tuple(r) for r in con.execute(engine.q("commit.dedup_funnel")).fetchall()]
         finally:
-            con.close()
+            con.unregister("decided")
         steps = [tuple(s) for s in worker_steps if not str(s[0]).startswith("exact_dup")]
         return [*steps, *lake]  # type: ignore[list-item]
 

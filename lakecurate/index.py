@@ -8,6 +8,7 @@ from it is final, only "maybe" keys reach DuckDB, in one batched join per chunk.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -107,12 +108,26 @@ class MembershipIndex:
             filt.save(index_dir / f"{space}.bloom", watermark)
 
     # -- lookups ---------------------------------------------------------------------------
-    def _keys(self, statement: str, column: str, values: pa.Array) -> pa.Table:
-        self._con.register("candidates", pa.table({column: values}))
-        try:
-            return self._con.sql(engine.q(statement)).to_arrow_table()
-        finally:
-            self._con.unregister("candidates")
+    @staticmethod
+    def _keys(statement: str, column: str, values: pa.Array) -> pa.Table:
+        """(value, hi, lo): the two 64-bit halves of each value's 128-bit tier-2 key.
+
+        Computed in numpy, no query: content keys are the md5 hex read big-endian (DuckDB's
+        ``('0x' || hex)::UHUGEINT``), id keys the md5 of the UTF-8 id read little-endian
+        (DuckDB's ``md5_number(id)``), so SQL over the stored keys agrees with these.
+        """
+        strings = values.to_pylist() if isinstance(values, pa.Array | pa.ChunkedArray) else values
+        if not strings:
+            halves = np.zeros((0, 2), dtype=np.uint64)
+        elif statement == "index.content_keys":
+            halves = np.frombuffer(bytes.fromhex("".join(strings)), dtype=">u8").reshape(-1, 2)
+        else:
+            digests = b"".join(hashlib.md5(v.encode("utf-8", "surrogatepass")).digest()
+                               for v in strings)
+            halves = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)[:, ::-1]
+        return pa.table({column: pa.array(strings, pa.string()),
+                         "hi": pa.array(halves[:, 0].astype(np.uint64)),
+                         "lo": pa.array(halves[:, 1].astype(np.uint64))})
 
     def _maybe(self, space: str, keys: pa.Table) -> pa.Table:
         """The rows of ``keys`` that tier 1 cannot rule out."""

@@ -93,13 +93,9 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
             if records:
                 con.execute(engine.q("state.upsert_present"))
                 con.execute(engine.q("state.clear_funnel_of_present"))
-                for r in sorted(latest.items()):
-                    if r[0] not in present_keys:
-                        continue
-                    for step_no, (step, n_in, dropped) in enumerate(r[1].get("funnel", [])):
-                        con.execute(engine.q("state.insert_filter_stat"), {
-                            "key": r[0], "step": step, "step_no": step_no, "docs_in": n_in,
-                            "docs_dropped": dropped})
+                for key, record in sorted(latest.items()):
+                    if key in present_keys:
+                        state.add_funnel(key, record.get("funnel", []))
             con.execute(engine.q("state.clear_index"))
             con.execute(engine.q("state.clear_ids"))
             if rows is not None and records:

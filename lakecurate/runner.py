@@ -182,6 +182,7 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
                    paths.snapshot).run(
             [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
     finally:
+        committer.close()
         index.save_tier1(paths.index)
         report.index = index.stats.as_dict()
         state.put_meta("index.last_run", json.dumps(report.index))
@@ -234,7 +235,12 @@ class _Scheduler:
                         continue
                     self.state.start(spec.chunk_key, self.report.run_id)
                     attempts[spec.chunk_key] = attempts.get(spec.chunk_key, 0) + 1
-                    inflight[self.executor.submit(spec, self.order)] = spec.chunk_key
+                    try:
+                        future = self.executor.submit(spec, self.order)
+                    except BrokenProcessPool:  # broke since the last wait: start a fresh pool
+                        self.executor.reset()
+                        future = self.executor.submit(spec, self.order)
+                    inflight[future] = spec.chunk_key
                 while frontier < len(commit_order):
                     key = commit_order[frontier]
                     if key in dead:

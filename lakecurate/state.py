@@ -257,10 +257,7 @@ class StateStore:
         with self.transaction():
             add_hashes(kept)
             self._x("state.clear_filter_stats", {"keys": [key]})
-            for step_no, (step, n_in, dropped) in enumerate(funnel):
-                self._x("state.insert_filter_stat", {"key": key, "step": step,
-                                                     "step_no": step_no, "docs_in": n_in,
-                                                     "docs_dropped": dropped})
+            self.add_funnel(key, funnel)
             faults.hit("during_state_update", key)
             self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
             rows_kept = kept.num_rows
@@ -278,6 +275,19 @@ class StateStore:
         """Mark a commit intent DONE (for commits that change no chunk row themselves)."""
         self._x("state.finish_commit", {"seq": seq, "version": version, "added": 0,
                                         "removed": 0})
+
+    def add_funnel(self, key: str, funnel: Sequence[Sequence[Any]]) -> None:
+        """Insert a chunk's funnel rows in one statement (inside the caller's transaction)."""
+        if not funnel:
+            return
+        self.con.register("funnel_rows", pa.table({
+            "chunk_key": [key] * len(funnel), "step": [str(f[0]) for f in funnel],
+            "step_no": list(range(len(funnel))), "docs_in": [int(f[1]) for f in funnel],
+            "docs_dropped": [int(f[2]) for f in funnel]}))
+        try:
+            self._x("state.insert_funnel")
+        finally:
+            self.con.unregister("funnel_rows")
 
     def finish_supersede(self, seq: int, keys: Sequence[str], version: int, removed: int,
                          run_id: str, remove_hashes: Any) -> None:

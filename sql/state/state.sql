@@ -131,6 +131,9 @@ WHERE chunk_key = $key;
 -- name: clear_filter_stats
 DELETE FROM filter_stats WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
+-- name: insert_funnel
+INSERT INTO filter_stats SELECT chunk_key, step, step_no, docs_in, docs_dropped FROM funnel_rows;
+
 -- name: insert_filter_stat
 INSERT INTO filter_stats VALUES ($key, $step, $step_no, $docs_in, $docs_dropped);
 

@@ -91,3 +91,18 @@ def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
     assert lake_rows(lake_dir) == lake_rows(twin_dir)
     # and the rebuilt file is good again: the next run loads it without a word
     assert not [n for n in lake.ingest([data]).notes if "bloom" in n]
+
+
+def test_keys_computed_in_numpy_equal_the_sql_definition() -> None:
+    """Tier 1 keys are computed in numpy; tier 2 stores keys computed in SQL. They must agree."""
+    from lakecurate import engine
+
+    con = engine.connect()
+    ids = ["hello", "d5", "é", "", "x" * 500]
+    hexes = ["5d41402abc4b2a76b9719d911017c592", "0" * 32, "f" * 32]
+    for statement, column, values in (("index.id_keys", "id", ids),
+                                      ("index.content_keys", "content_hash", hexes)):
+        con.register("candidates", pa.table({column: values}))
+        sql = con.sql(engine.q(statement)).fetchall()
+        mine = MembershipIndex._keys(statement, column, pa.array(values))
+        assert [tuple(r.values()) for r in mine.to_pylist()] == sql
