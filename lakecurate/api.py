@@ -130,6 +130,11 @@ class Lake:
                 if not 0 <= version <= current:
                     raise LakeError(f"version {version} does not exist: the lake has versions "
                                     f"0 to {current}")
+                earliest, _ = delta.readable_range()
+                if version < earliest:
+                    raise LakeError(f"version {version} can no longer be restored: vacuum "
+                                    f"deleted files it needs; versions {earliest} to {current} "
+                                    "are intact")
                 run_id = state.begin_run("restore", str(version), "")
                 committer = Committer(state, delta, MembershipIndex(state.con), run_id, "",
                                       True)
