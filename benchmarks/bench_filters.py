@@ -1,73 +1,241 @@
-"""Filter throughput on ../shared/data/real/: documents/s and MB/s per step and for the stage.
+"""Filter throughput and datatrove agreement on ../shared/data/real/ (docs/filters.md).
 
-Run: /work/venv/bin/python benchmarks/bench_filters.py [--data ../shared/data/real] [--threads 1]
-Each step runs alone over every document (so its speed does not depend on what earlier steps
-dropped); "stage" is the whole configured pipeline as the worker runs it (normalise, all steps,
-hash, within-chunk dedup). Writes benchmarks/results/bench_filters.json. datatrove agreement is
-not measured here yet (see docs/filters.md).
+Run: /work/venv/bin/python benchmarks/bench_filters.py [--data ../shared/data/real]
+         [--workers 2] [--datatrove ../venv-datatrove/bin/python | --no-datatrove]
+
+- Each step alone over every document, one DuckDB thread (so a step's speed does not depend on
+  what earlier steps dropped); "stage" is the whole pipeline as the worker runs it (normalise,
+  all steps, hash, within-chunk dedup), "stage (datatrove's steps)" only the steps datatrove has
+  (Gopher quality, Gopher repetition, C4, FineWeb, PII), both in the worker's order.
+- `--workers N` also runs the stage in N processes (spawned, one thread each, every N-th
+  document: the chunks of N workers); wall time until the last one is done.
+- Where a Python with datatrove is found (a separate virtual environment), it runs
+  benchmarks/bench_filters_datatrove.py on the same normalised texts (JSONL in a temp dir) and
+  compares keep/drop per document for GopherQualityFilter, GopherRepetitionFilter,
+  C4QualityFilter and FineWebQualityFilter (datatrove defaults, ours our defaults = the same
+  published values), and the speeds: its filters one by one in one process, and its chained
+  stage on 1 and on N processes.
+
+Writes benchmarks/results/bench_filters.json (speeds) and bench_filters_agreement.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
+import subprocess
+import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 
 from lakecurate import config, engine, filters
 
 STEPS = ["utf8", "length", "gopher_quality", "gopher_repetition", "c4", "fineweb", "pii",
          "langid"]
+DT_STEPS = ["gopher_quality", "gopher_repetition", "c4", "fineweb", "pii"]
+COMPARED = ["gopher_quality", "gopher_repetition", "c4", "fineweb"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(con: Any, data: Path, shard: tuple[int, int] = (0, 1)) -> pa.Table:
+    k, n = shard
+    return con.sql(
+        "SELECT * FROM (SELECT row_number() OVER () AS source_line, 'doc' || source_line AS id,"
+        " true AS id_given, text, NULL::VARCHAR AS meta, NULL::BLOB AS raw,"
+        " NULL::VARCHAR AS kind, NULL::VARCHAR AS error, "
+        " regexp_extract(filename, '([^/]+)\\.jsonl\\.gz$', 1) AS src"
+        " FROM read_json($g, columns := {text: 'VARCHAR'}, filename := true))"
+        " WHERE source_line % $n = $k ORDER BY source_line",
+        params={"g": str(data / "*.jsonl.gz"), "n": n, "k": k}).to_arrow_table()
+
+
+def stage_query(steps: list[str]) -> tuple[filters.Pipeline, str, dict[str, Any]]:
+    p = filters.build(config.from_dict({"filters": {"steps": steps}} if steps else {}).filters)
+    q = (f"WITH normalised AS ({engine.q('worker.normalise')}), {p.sql} "
+         f"SELECT * FROM ({engine.q('worker.decide')})")
+    params = {**p.params, "exact": True, "chunk_key": "k", "source_path": "p",
+              "input_sha256": "s", "run_id": "r", "config_hash": "c"}
+    return p, q, params
+
+
+def _shard(data: str, k: int, n: int, steps: list[str], q: Any, go: Any) -> None:
+    con = engine.connect(threads=1)
+    filters.install(con)
+    con.register("records", load(con, Path(data), (k, n)))
+    _, sql, params = stage_query(steps)
+    q.put("ready")
+    go.wait()
+    t0 = time.perf_counter()
+    con.sql(sql, params=params).to_arrow_table()
+    q.put(time.perf_counter() - t0)
+
+
+def run_workers(data: Path, n: int, steps: list[str]) -> float:
+    ctx = mp.get_context("spawn")
+    q, go = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_shard, args=(str(data), k, n, steps, q, go)) for k in range(n)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        q.get()
+    t0 = time.perf_counter()
+    go.set()
+    for _ in procs:
+        q.get()
+    wall = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    return wall
+
+
+def agreement(ours: dict[str, list[bool]], dt: list[dict[str, str]], src: list[str],
+              details: dict[str, list[str | None]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    n = len(dt)
+    for name in COMPARED:
+        agree, buckets = 0, Counter()
+        examples: dict[tuple[str, str, str], list[str]] = {}
+        for k in range(n):
+            o_drop, d = ours[name][k], dt[k][name]
+            if o_drop == (d != "keep"):
+                agree += 1
+                continue
+            metric = (details[name][k] or "").split("=")[0] if o_drop else "keep"
+            key = (src[k], metric, d)
+            buckets[key] += 1
+            examples.setdefault(key, []).append(dt[k]["id"])
+        out[name] = {
+            "agreement_pct": 100 * agree / n, "differ": n - agree,
+            "dropped_ours": sum(ours[name]),
+            "dropped_datatrove": sum(d[name] != "keep" for d in dt),
+            "only_ours_drop": sum(c for (_, m, _), c in buckets.items() if m != "keep"),
+            "only_datatrove_drops": sum(c for (_, m, _), c in buckets.items() if m == "keep"),
+            "top_differences": [{"source": s, "ours": m, "datatrove": d, "docs": c,
+                                 "examples": examples[(s, m, d)][:5]}
+                                for (s, m, d), c in buckets.most_common(12)],
+        }
+        print(f"agreement {name:18s} {out[name]['agreement_pct']:7.3f}% "
+              f"({n - agree} differ: {out[name]['only_ours_drop']} only we drop, "
+              f"{out[name]['only_datatrove_drops']} only datatrove drops)", flush=True)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2]
-                    / "shared" / "data" / "real")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
-                    / "bench_filters.json")
+    ap.add_argument("--workers", type=int, default=2, help="stage on N processes (0: skip)")
+    ap.add_argument("--datatrove", type=Path, default=ROOT.parent / "venv-datatrove" / "bin"
+                    / "python", help="a Python that has datatrove")
+    ap.add_argument("--no-datatrove", action="store_true")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     if not args.data.is_dir():
         print(f"skipped: {args.data} not found")
         return
     con = engine.connect(threads=args.threads)
     filters.install(con)
-    records = con.sql(
-        "SELECT row_number() OVER () AS source_line, 'doc' || source_line AS id, true AS id_given,"
-        " text, NULL::VARCHAR AS meta, NULL::BLOB AS raw, NULL::VARCHAR AS kind,"
-        " NULL::VARCHAR AS error FROM read_json($g, columns := {text: 'VARCHAR'})",
-        params={"g": str(args.data / "*.jsonl.gz")}).to_arrow_table()
+    records = load(con, args.data)
     con.register("records", records)
     n = records.num_rows
     mb = sum(len(t.encode()) for t in records["text"].to_pylist()) / 1e6
+    src = records["src"].to_pylist()
     results: dict[str, dict[str, float]] = {}
+    dropped_by: dict[str, list[bool]] = {}
+    details: dict[str, list[str | None]] = {}
 
-    def run(name: str, data: dict[str, object]) -> None:
-        cfg = config.from_dict(data)
-        p = filters.build(cfg.filters)
-        q = (f"WITH normalised AS ({engine.q('worker.normalise')}), {p.sql} "
-             f"SELECT * FROM ({engine.q('worker.decide')})")
-        params = {**p.params, "exact": True, "chunk_key": "k", "source_path": "p",
-                  "input_sha256": "s", "run_id": "r", "config_hash": "c"}
+    def run(name: str, steps: list[str]) -> None:
+        p, q, params = stage_query(steps)
         t0 = time.perf_counter()
         out = con.sql(q, params=params).to_arrow_table()
         secs = time.perf_counter() - t0
         dropped = sum(d for _, _, d in filters.funnel(p, out))
         results[name] = {"seconds": secs, "docs_per_s": n / secs, "mb_per_s": mb / secs,
                          "dropped": dropped}
-        print(f"{name:20s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s "
+        if len(steps) == 1:  # a dropped document: by this step, or empty (datatrove drops both)
+            reasons = out["reason"].to_pylist()
+            dropped_by[name] = [r in (f"filter:{name}", "filter:empty") for r in reasons]
+            details[name] = out["detail"].to_pylist()
+        print(f"{name:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s "
               f"dropped {dropped:6d}", flush=True)
 
-    run("baseline (no filter)", {})
+    run("baseline (no filter)", [])
     for step in STEPS:
-        run(step, {"filters": {"steps": [step]}})
-    run("stage (all steps)", {"filters": {"steps": STEPS}})
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"docs": n, "mb": mb, "threads": args.threads,
-                                    "results": results}, indent=2))
+        run(step, [step])
+    run("stage (all steps)", STEPS)
+    run("stage (datatrove's steps)", DT_STEPS)
+    for name, steps in (("stage (all steps)", STEPS), ("stage (datatrove's steps)", DT_STEPS)):
+        if args.workers:
+            secs = run_workers(args.data, args.workers, steps)
+            key = f"{name}, {args.workers} workers"
+            results[key] = {"seconds": secs, "docs_per_s": n / secs, "mb_per_s": mb / secs}
+            print(f"{key:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s",
+                  flush=True)
+    report: dict[str, Any] = {"docs": n, "mb": mb, "threads": args.threads,
+                              "workers": args.workers, "results": results}
+    if not args.no_datatrove and args.datatrove.exists():
+        report["datatrove"], agree = compare(con, args, dropped_by, details, src, results, n)
+        (args.out / "bench_filters_agreement.json").write_text(json.dumps(agree, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_filters.json").write_text(json.dumps(report, indent=2))
     print(f"{n} documents, {mb:.1f} MB, threads={args.threads}")
 
 
+def compare(con: Any, args: argparse.Namespace, dropped_by: dict[str, list[bool]],
+            details: dict[str, list[str | None]], src: list[str],
+            results: dict[str, dict[str, float]], n: int) -> tuple[dict[str, Any], Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        docs = Path(tmp) / "docs.jsonl"
+        rows = con.sql(f"SELECT id, norm FROM ({engine.q('worker.normalise')}) "
+                       "ORDER BY source_line").fetchall()
+        with docs.open("w", encoding="utf-8") as f:
+            for doc_id, text in rows:
+                f.write(json.dumps({"id": doc_id, "text": text}) + "\n")
+        script = str(Path(__file__).with_name("bench_filters_datatrove.py"))
+        stage = {}
+        subprocess.run([str(args.datatrove), script, str(docs), tmp, "--processes", "1"],
+                       check=True)
+        timings = json.loads((Path(tmp) / "timings.json").read_text())
+        stage["1"] = timings.pop("stage")
+        if args.workers > 1:
+            subprocess.run([str(args.datatrove), script, str(docs), tmp, "--processes",
+                            str(args.workers), "--skip-per-filter"], check=True)
+            stage[str(args.workers)] = json.loads(
+                (Path(tmp) / "timings.json").read_text())["stage"]
+        with (Path(tmp) / "decisions.jsonl").open(encoding="utf-8") as f:
+            dt = [json.loads(line) for line in f]
+    timings["stage"] = stage
+    speed = {name: {"datatrove_docs_per_s": timings["filters"][name]["docs_per_s"],
+                    "ours_docs_per_s": results[name]["docs_per_s"],
+                    "ratio": results[name]["docs_per_s"] / timings["filters"][name]["docs_per_s"]}
+             for name in COMPARED}
+    one = stage["1"]["docs_per_s"]
+    speed["stage, 1 process"] = {
+        "datatrove_docs_per_s": one,
+        "ours_all_steps_docs_per_s": results["stage (all steps)"]["docs_per_s"],
+        "ours_datatrove_steps_docs_per_s": results["stage (datatrove's steps)"]["docs_per_s"],
+        "ratio_all_steps": results["stage (all steps)"]["docs_per_s"] / one,
+        "ratio_datatrove_steps": results["stage (datatrove's steps)"]["docs_per_s"] / one}
+    if str(args.workers) in stage and args.workers > 1:
+        w = args.workers
+        dts = stage[str(w)]["docs_per_s"]
+        a = results[f"stage (all steps), {w} workers"]["docs_per_s"]
+        b = results[f"stage (datatrove's steps), {w} workers"]["docs_per_s"]
+        speed[f"stage, {w} processes"] = {
+            "datatrove_docs_per_s": dts, "ours_all_steps_docs_per_s": a,
+            "ours_datatrove_steps_docs_per_s": b, "ratio_all_steps": a / dts,
+            "ratio_datatrove_steps": b / dts}
+    for name, s in speed.items():
+        print(f"speed {name:18s} " + " ".join(f"{k}={v:,.2f}" for k, v in s.items()))
+    agree = agreement(dropped_by, dt, src, details)
+    return {"timings": timings, "speed": speed}, {"docs": n, "filters": agree}
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecurate import engine, langid
+from lakecurate import engine, filters_udf, langid
 from lakecurate.config import PII_TYPES, STEPS, FiltersConfig, GatesConfig, StepConfig
 from lakecurate.errors import PermanentChunkError
 
@@ -29,6 +29,9 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
     """Create every filter macro and the language-id UDF on a connection."""
     con.create_function("lc_langid", langid.detect, ["VARCHAR"],  # type: ignore[arg-type]
                         "STRUCT(lang VARCHAR, score DOUBLE)",  # type: ignore[arg-type]
+                        type="arrow", null_handling="special", side_effects=False)
+    con.create_function("lc_ngram_chars", filters_udf.ngram_chars,  # type: ignore[arg-type]
+                        ["VARCHAR[]"], "BIGINT[]",  # type: ignore[arg-type]
                         type="arrow", null_handling="special", side_effects=False)
     for name in _MACRO_STATEMENTS:
         con.execute(engine.q(name))
@@ -56,11 +59,11 @@ def _args(k: int, step: StepConfig, skip: set[str], out: dict[str, Any]) -> str:
     return "".join(", " + p for p in parts)
 
 
-def _page(k: int, prev: str, call: str, extra_from: str = "") -> str:
+def _page(k: int, prev: str, call: str) -> str:
     return (f"s{k} AS (SELECT * EXCLUDE (d) REPLACE ("
             f"CASE WHEN d IS NOT NULL THEN {k - 1} ELSE f_step END AS f_step, "
             f"coalesce(f_detail, d) AS f_detail) FROM (SELECT {prev}.*, "
-            f"CASE WHEN {_ALIVE} THEN {call} END AS d FROM {prev}{extra_from}))")
+            f"CASE WHEN {_ALIVE} THEN {call} END AS d FROM {prev}))")
 
 
 def build(cfg: FiltersConfig) -> Pipeline:
@@ -121,11 +124,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
                 f"FROM s{k}_l))")
         elif step.name == "gopher_repetition":
             args = _args(k, step, set(), p.params)
-            ctes.append(f"s{k}_ng AS (WITH lc_input AS (SELECT source_line AS doc, t AS text "
-                        f"FROM {prev} WHERE {_ALIVE}) SELECT * FROM ("
-                        + engine.q("filters.gopher_repetition_ngrams") + "))")
-            ctes.append(_page(k, prev, f"{macro}(t, ng.ngram_chars{args})",
-                              f" LEFT JOIN s{k}_ng ng ON ng.doc = {prev}.source_line"))
+            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(lc_tokens(t)){args})"))
         else:
             first = "json_extract_string(meta, '$.url')" if step.name == "url_blocklist" else "t"
             args = _args(k, step, {"file"}, p.params)

@@ -4,10 +4,18 @@
 -- javascript, or a cookie/terms phrase. Page rules drop the document: "lorem ipsum" or a curly
 -- bracket in a line that got that far, or fewer than min_num_sentences sentences in the kept lines.
 -- Wikipedia citation marks ([1], [edit], [citation needed]) are removed from kept lines.
--- Sentences: runs of . ! ? followed by a space or the line end, at least one per kept line
--- (datatrove uses a sentence tokenizer). Returns {text: the edited text, detail: why it failed}.
+-- Sentences per kept line, as datatrove's sentence splitter (spaCy's sentencizer) counts them:
+-- one, plus one per sentence end followed by more text. An end is a single '.' (not "...", not
+-- the period of "U.S.", "e.g.", "a." or of "Mr.", "Jan.", "Calif." and spaCy's other
+-- exceptions) or a run of '!'/'?', after a word of two characters or more, a digit or a
+-- closing symbol, then closing quotes/brackets and a space; or a period between a lower-case and
+-- an upper-case letter ("end.Next"). Returns {text: the edited text, detail: why it failed}.
 
 -- name: c4
+CREATE OR REPLACE MACRO lc_sentences(line) AS
+    1 + len(regexp_extract_all(line,
+            '(?:[\p{L}\p{N}][\p{L}\p{N}]|[^\s.\p{L}\p{N}]|(?:^|\s)\p{N})(?:\.|[!?]+)["''”’)\]]*[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+\S|\p{Ll}\.\p{Lu}'))
+      - len(regexp_extract_all(line, '(?:^|[^\p{L}\p{N}_.])(?:Mrs|Mr|Ms|Dr|Prof|Gen|Gov|Sen|Rep|Rev|Adm|Bros|Corp|Inc|Ltd|Co|Jr|Sr|St|Mt|vs|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec|Ala|Ariz|Ark|Calif|Colo|Conn|Del|Fla|Ga|Ill|Ind|Kan|Kans|Ky|La|Mass|Md|Mich|Minn|Miss|Mo|Mont|Neb|Nebr|Nev|Okla|Ore|Pa|Tenn|Va|Wash|Wis)\.[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+\S'));
 CREATE OR REPLACE MACRO c4_filter(text,
         remove_citations := true, filter_no_terminal_punct := true, min_num_sentences := 5,
         min_words_per_line := 3, max_word_length := 1000, filter_lorem_ipsum := true,
@@ -44,10 +52,9 @@ CREATE OR REPLACE MACRO c4_filter(text,
                  OR list_contains(list_transform(ls, lambda x: x.verdict), 'curly_bracket')
                 THEN 'c4.' || list_filter(list_transform(ls, lambda x: x.verdict),
                                           lambda v: v IN ('lorem_ipsum', 'curly_bracket'))[1] || '=1'
-            WHEN coalesce(list_sum(list_transform(kept, lambda x: greatest(1,
-                     len(regexp_extract_all(x.line, '[.!?]+["'')\]]*(\s|$)'))))), 0)
+            WHEN coalesce(list_sum(list_transform(kept, lambda x: lc_sentences(x.line))), 0)
                  < min_num_sentences
-                THEN 'c4.sentences=' || coalesce(list_sum(list_transform(kept, lambda x: greatest(1,
-                     len(regexp_extract_all(x.line, '[.!?]+["'')\]]*(\s|$)'))))), 0)
+                THEN 'c4.sentences='
+                     || coalesce(list_sum(list_transform(kept, lambda x: lc_sentences(x.line))), 0)
         END
     })[1])[1];

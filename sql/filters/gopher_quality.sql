@@ -1,8 +1,9 @@
 -- Gopher quality rules (Rae et al. 2021, "Scaling Language Models", Appendix A; the defaults are
 -- datatrove's GopherQualityFilter). The first rule that fails names the measured value in detail.
--- "words" are the word tokens (a symbol-only token does not count), as in datatrove; the hash and
--- ellipsis ratios, the alphabetic share and the stop words are over all tokens, as in datatrove.
--- Stop words match case-sensitively (so "The" is not "the"), again as datatrove does.
+-- As in datatrove: the word count and mean word length are over the non-symbol tokens (a token
+-- with a character outside PUNCTUATION_SET, `lc_is_word`), the hash and ellipsis ratios and the
+-- alphabetic share over all tokens; stop words are counted once each (distinct stop words
+-- present) and match case-sensitively (so "The" is not "the"); lines are Python's splitlines().
 
 -- name: gopher_quality
 CREATE OR REPLACE MACRO gopher_quality_filter(text,
@@ -14,9 +15,9 @@ CREATE OR REPLACE MACRO gopher_quality_filter(text,
         min_stop_words := 2,
         stop_words := ['the', 'be', 'to', 'of', 'and', 'that', 'have', 'with']) AS
     list_transform([lc_tokens(text)], lambda toks:
-        list_transform([list_filter(toks, lambda t: regexp_matches(t, '^[\p{L}\p{M}\p{N}_]'))],
+        list_transform([list_filter(toks, lambda t: lc_is_word(t))],
         lambda words:
-        list_transform([string_split(text, chr(10))], lambda lines:
+        list_transform([lc_splitlines(text)], lambda lines:
         list_transform([{
             n_words: len(words),
             mean_len: coalesce(list_avg(list_transform(words, lambda w: length(w))), 0.0),
@@ -29,7 +30,7 @@ CREATE OR REPLACE MACRO gopher_quality_filter(text,
                          regexp_matches(l, '(\.\.\.|…)[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]*$'))),
                          len(lines)),
             alpha: lc_ratio(len(list_filter(toks, lambda t: regexp_matches(t, '\p{L}'))), len(toks)),
-            stops: len(list_filter(toks, lambda t: list_contains(stop_words, t)))
+            stops: len(list_distinct(list_filter(toks, lambda t: list_contains(stop_words, t))))
         }], lambda s: CASE
             WHEN s.n_words < min_doc_words OR s.n_words > max_doc_words
                 THEN 'gopher_quality.n_words=' || s.n_words

@@ -1,58 +1,24 @@
 -- Gopher repetition rules (Rae et al. 2021, Table A1; defaults of datatrove's
 -- GopherRepetitionFilter): duplicated paragraphs and lines (share of them, share of characters in
--- them), the character share of the most frequent 2/3/4-gram, and the character share of words
--- covered by repeated 5..10-grams. Character shares are over length(text), as in datatrove.
+-- them), the character share of the most frequent 2/3/4-gram, and the character share of
+-- duplicated 5..10-grams. Character shares are over length(text), as in datatrove.
 --
--- Two parts, because DuckDB allows no subquery inside a lambda: `gopher_repetition_ngrams` counts
--- n-grams set-based over a whole chunk (relation `lc_input(doc, text)`, one hash aggregate for all
--- documents at once), and the macro `gopher_repetition_filter` decides one document from its text
--- and those counts.
+-- Two parts: `lc_ngram_chars(tokens)` (a vectorised Arrow UDF, lakecurate/filters_udf.py) counts
+-- the n-gram characters of a whole vector of documents at once with numpy and Arrow's hash
+-- tables, because SQL cannot do it efficiently (DuckDB allows no subquery inside a lambda, a
+-- lambda over the token list copies it per element, and the set-based plan of one row per
+-- n-gram was ~100x slower); the macro `gopher_repetition_filter` decides one document from its
+-- text and those counts.
 --
--- Repeated n-grams: every occurrence of an n-gram after its first covers its n words, and the
--- covered words' characters are counted once (Gopher's definition). datatrove scans greedily and
--- skips n words after a hit instead; docs/filters.md says how often the two disagree.
+-- Top 2/3/4-grams: count x length of the most frequent n-gram, words joined by a space; ties go
+-- to the n-gram seen first (Python's Counter). Duplicated 5..10-grams: datatrove's scan, which
+-- at an n-gram seen before adds its characters (words joined without a space) and jumps n words
+-- ahead; n-grams inside a jump are never remembered.
 
 -- name: gopher_repetition_ngrams
--- Per document: characters of the top n-gram for n = 2, 3, 4 (count x length, words joined by a
--- space; ties go to the n-gram seen first, as Python's Counter does), then characters of the words
--- covered by repeated n-grams for n = 5..10 (words joined without a space, as datatrove does).
-WITH d AS (
-    SELECT doc, lc_tokens(text) AS toks FROM lc_input
-), w AS MATERIALIZED (
-    SELECT doc, unnest(toks) AS w, generate_subscripts(toks, 1) AS i FROM d
-), g AS MATERIALIZED (
-    -- n-gram ids from a sliding window of word hashes (a lambda over the token list would copy
-    -- the list once per element: quadratic in the document length).
-    SELECT doc, n, i, hash(win[1:n]) AS h FROM (
-        SELECT doc, i, list(hash(w)) OVER (PARTITION BY doc ORDER BY i
-                                           ROWS BETWEEN CURRENT ROW AND 9 FOLLOWING) AS win
-        FROM w), range(2, 11) r(n)
-    WHERE len(win) >= n
-), top AS (
-    SELECT doc, n, max(c) AS c, arg_max(first, {c: c, f: -first}) AS first FROM (
-        SELECT doc, n, h, count(*) AS c, min(i) AS first FROM g WHERE n <= 4 GROUP BY ALL)
-    GROUP BY ALL
-), top_chars AS (
-    SELECT t.doc, t.n, t.c * (sum(length(w.w)) + t.n - 1) AS chars
-    FROM top t JOIN w ON w.doc = t.doc AND w.i BETWEEN t.first AND t.first + t.n - 1
-    GROUP BY t.doc, t.n, t.c
-), rep AS (
-    SELECT doc, n, i FROM (
-        SELECT doc, n, i, min(i) OVER (PARTITION BY doc, n, h) AS first FROM g WHERE n >= 5)
-    WHERE i > first
-), covered AS (
-    SELECT DISTINCT doc, n, unnest(range(i, i + n)) AS j FROM rep
-), dup_chars AS (
-    SELECT c.doc, c.n, sum(length(w.w)) AS chars
-    FROM covered c JOIN w ON w.doc = c.doc AND w.i = c.j
-    GROUP BY ALL
-), chars AS (
-    SELECT doc, n, chars FROM top_chars UNION ALL SELECT doc, n, chars FROM dup_chars
-)
-SELECT doc, list_transform(range(2, 11), lambda k: coalesce(list_filter(
-    list(struct_pack(n := n, chars := chars)), lambda x: x.n = k)[1].chars, 0)) AS ngram_chars
-FROM chars
-GROUP BY doc;
+-- Per document of the relation `lc_input(doc, text)`: [top 2, 3, 4-gram chars, dup 5..10-gram
+-- chars]. (The pipeline calls the UDF inline; this statement is the same thing for one relation.)
+SELECT doc, lc_ngram_chars(lc_tokens(text)) AS ngram_chars FROM lc_input;
 
 -- name: gopher_repetition
 CREATE OR REPLACE MACRO gopher_repetition_filter(text, ngram_chars,

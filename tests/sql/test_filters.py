@@ -76,6 +76,12 @@ def test_gopher_quality_rules(con: duckdb.DuckDBPyConnection, text: str, prefix:
     assert one(con, "gopher_quality_filter($t)", t=text).startswith(prefix)
 
 
+def test_gopher_quality_counts_distinct_stop_words(con: duckdb.DuckDBPyConnection) -> None:
+    text = " ".join(["the"] * 5 + ["quick brown foxes jump over lazy dogs"] * 8)
+    assert one(con, "gopher_quality_filter($t)", t=text) == "gopher_quality.stop_words=1"
+    assert one(con, "gopher_quality_filter($t)", t=text + " and") is None
+
+
 def test_gopher_quality_keeps_prose_and_takes_parameters(con: duckdb.DuckDBPyConnection) -> None:
     assert one(con, "gopher_quality_filter($t)", t=GOOD) is None
     assert one(con, "gopher_quality_filter($t, min_doc_words := 500)", t=GOOD) \
@@ -119,6 +125,19 @@ def test_gopher_repetition_edges_pass(con: duckdb.DuckDBPyConnection, text: str)
 def test_gopher_repetition_very_long_line(con: duckdb.DuckDBPyConnection) -> None:
     # 49,999 overlapping "word word" 2-grams of 9 characters over 249,999 characters
     assert repetition(con, LONG_LINE) == "gopher_repetition.top_2_gram_frac=1.8"
+
+
+def test_gopher_repetition_counts_like_datatrove(con: duckdb.DuckDBPyConnection) -> None:
+    ng = "lc_ngram_chars($w::VARCHAR[])"
+    # top 2-gram: count x len(" ".join); ties go to the first seen ("a b" before "c d").
+    assert one(con, ng, w=["a", "b", "cc", "dd", "a", "b", "cc", "dd"])[:3] == [2 * 3, 2 * 6, 2 * 9]
+    # duplicated 5-grams: the greedy scan jumps 5 words after a hit, so the overlapping repeat
+    # "x x x x x x x" (7 words) counts one 5-gram (5 chars), not the 2 words after it.
+    assert one(con, ng, w=["x"] * 7)[3] == 5
+    # keys are the words joined without a space: "ab c d e f" repeats "a bc d e f".
+    assert one(con, ng, w=["ab", "c", "d", "e", "f", "a", "bc", "d", "e", "f"])[3] == 6
+    assert one(con, ng, w=[]) == [0] * 9
+    assert one(con, "lc_ngram_chars(NULL::VARCHAR[])") is None
 
 
 # -- C4 ------------------------------------------------------------------------------------------
@@ -169,7 +188,7 @@ def test_c4_parameters(con: duckdb.DuckDBPyConnection) -> None:
     ("\n".join([f"Supercalifragilisticexpialidocious number{i}." for i in range(20)]),
      "fineweb.list_ratio="),
     ("", "fineweb.line_punct_ratio=0.0"), ("one", "fineweb.line_punct_ratio=0.0"),
-    (CJK + "。", "fineweb.line_punct_ratio=0.0"),
+    (CJK, "fineweb.line_punct_ratio=0.0"),
 ])
 def test_fineweb_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
     assert one(con, "fineweb_filter($t)", t=text).startswith(prefix)
@@ -178,6 +197,33 @@ def test_fineweb_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -
 def test_fineweb_keeps_prose(con: duckdb.DuckDBPyConnection) -> None:
     assert one(con, "fineweb_filter($t)", t=GOOD) is None
     assert one(con, "fineweb_filter($t)", t=LONG_LINE + ".") is None
+    # datatrove's TERMINAL_PUNCTUATION ends a Chinese line too (no quotes, though).
+    assert one(con, "fineweb_filter($t)", t=CJK + "。") is None
+    assert one(con, "fineweb_filter($t)", t="\n".join(['"A long enough quoted line here, ok"'] * 3)
+               ).startswith("fineweb.line_punct_ratio=0.0")
+
+
+def test_fineweb_ignores_blank_lines(con: duckdb.DuckDBPyConnection) -> None:
+    # 6 prose lines and 10 blank ones: datatrove drops the blank lines before every ratio.
+    text = "\n\n\n".join(f"Line number {w} of a longer paragraph, ending well." for w in
+                          ["one", "two", "three", "four", "five", "six"])
+    assert one(con, "fineweb_filter($t)", t=text) is None
+
+
+@pytest.mark.parametrize(("text", "tokens"), [
+    ("Don't stop: it's John's (1,000 U.S. e.g. 3.5%).",
+     ["Do", "n't", "stop", ":", "it", "\ue000s", "John", "\ue000s", "(", "1,000", "U\ue001S\ue001",
+      "e\ue001g\ue001", "3.5", "%", ")", "."]),
+    ("well-known end.Next end.next AT&T x...y ?! --", ["well", "-", "known", "end", ".", "Next",
+                                                       "end.next", "AT&T", "x", "...", "y", "?",
+                                                       "!", "--"]),
+    ("Mr. Smith, a. b.", ["Mr\ue001", "Smith", ",", "a\ue001", "b\ue001"]),
+    ("补救原则：出现异常时，马上退出。", ["补救原则：出现异常时，马上退出", "。"]),
+    ("", []), ("   ", []),
+])
+def test_tokens_follow_spacy(con: duckdb.DuckDBPyConnection, text: str, tokens: list[str]) -> None:
+    # U+E000 / U+E001 stand for the apostrophe of "'s" and an abbreviation's period (same length).
+    assert one(con, "lc_tokens($t)", t=text) == tokens
 
 
 # -- PII -----------------------------------------------------------------------------------------

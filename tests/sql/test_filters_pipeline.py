@@ -111,3 +111,11 @@ def test_worker_reads_the_lakes_config_when_the_order_has_none(tmp_path: Path) -
     wrong = WorkOrder(staging_dir=str(tmp_path / "staging"), run_id="r", config_hash="other")
     with pytest.raises(PermanentChunkError, match="config hash"):
         worker.pipeline_config(wrong)
+
+
+def test_every_step_default_round_trips_through_toml() -> None:
+    # Macro defaults go into lakecurate.toml (e.g. FineWeb's stop_chars class): they must parse.
+    import tomllib
+
+    cfg = config.from_dict({"filters": {"steps": list(config.STEPS)}})
+    assert config.from_dict(tomllib.loads(config.to_toml(cfg))).hash == cfg.hash
