@@ -40,23 +40,52 @@ def _stem(path: str, fmt: Format) -> str:
     return _UNSAFE.sub("_", name[: len(name) - len(fmt.value) - 1]) or "input"
 
 
-def discover(inputs: Iterable[str | Path]) -> list[tuple[str, Format]]:
+def _bad_name(path: str) -> str | None:
+    """Why a path cannot be ingested by name, or None.
+
+    A name that is not valid UTF-8 comes back from the OS with surrogate escapes; DuckDB and
+    Arrow refuse such strings, so before this check one such file crashed the whole ingest.
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return f"{shown}: the file name is not valid UTF-8; rename the file and re-run"
+    return None
+
+
+def discover(inputs: Iterable[str | Path],
+             problems: list[str] | None = None) -> list[tuple[str, Format]]:
     """Expand files and folders into (absolute path, format), sorted, without following links.
 
     A folder contributes every file with a known suffix; a file named explicitly must have one.
+    An entry of a folder that has a known suffix but cannot be read as a file (a broken link, a
+    symlink loop, a FIFO, a name that is not UTF-8) is skipped, and when ``problems`` is given a
+    message naming it is added there: it must never vanish without a word (issue 7).
     """
     inputs = list(inputs)  # iterated twice: a generator would leave the error message empty
     found: dict[str, Format] = {}
     for raw in inputs:
         path = os.path.abspath(os.fspath(raw))
+        if (why := _bad_name(path)) is not None:
+            raise InputError(why)
         if os.path.isdir(path):
             for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
                 dirnames.sort()
-                for name in filenames:
+                for name in sorted(filenames):
                     full = os.path.join(dirpath, name)
                     fmt = detect_format(full)
-                    if fmt and os.path.isfile(full):
+                    if not fmt:
+                        continue
+                    why = _bad_name(full)
+                    if why is None and not os.path.isfile(full):
+                        kind = ("a broken link or a symlink loop" if os.path.islink(full)
+                                else "not a regular file")
+                        why = f"{full}: {kind}; skipped"
+                    if why is None:
                         found[full] = fmt
+                    elif problems is not None:
+                        problems.append(why)
         elif os.path.isfile(path):
             fmt = detect_format(path)
             if fmt is None:

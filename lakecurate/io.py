@@ -11,7 +11,9 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -103,6 +105,57 @@ class _ZstdFrames(io.RawIOBase):
         return True
 
 
+_JSON_TYPES = {"dict": "object", "list": "array", "str": "string", "int": "number",
+               "float": "number", "bool": "boolean", "NoneType": "null"}
+
+
+def _type_name(value: object) -> str:
+    """A value's type as the user wrote it (JSON names; Parquet-only types keep Python's)."""
+    name = type(value).__name__
+    return _JSON_TYPES.get(name, name)
+
+
+class DuplicateKeyError(ValueError):
+    """An object names the same key twice (issue 7, hostile input).
+
+    ``json.loads`` keeps the last value and silently drops the others; since parsers disagree on
+    which one wins, such a record is rejected as ``malformed:duplicate_key`` (raw bytes kept).
+    """
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(f"duplicate key {key!r} in an object")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> object:
+    # NaN / Infinity are not JSON (RFC 8259); json.loads accepts them and they would end up as
+    # invalid JSON in ``meta``. Rejecting them makes the reader strict (issue 7).
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    # 1e400 parses to inf, which ``meta`` would store as the non-JSON ``Infinity``.
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is out of range of a double")
+    return value
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_constant,
+                            parse_float=_finite_float)
+# A lone surrogate can only come from a \uD800-\uDFFF escape (the strict UTF-8 decode lets none
+# through), so the costly encode check runs only on lines that may hold one: checking a 200 MB
+# text cost a transient 200 MB copy (issue 7, memory). A false positive only costs the check.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 class Records:
     """Column builders for one chunk's parsed records."""
 
@@ -110,6 +163,7 @@ class Records:
         self.cols: dict[str, list[Any]] = {n: [] for n in RECORD_SCHEMA.names}
         self.source_name = source_name
         self.blank_lines = 0
+        self._table: pa.Table | None = None
 
     def malformed(self, line: int, raw: bytes, kind: str, error: str) -> None:
         self._append(line, f"{self.source_name}:{line}", None, None, raw, kind, error, False)
@@ -118,7 +172,7 @@ class Records:
         """Validate one decoded record and append it (as a document or as malformed)."""
         if not isinstance(obj, dict):
             self.malformed(line, raw or _dump(obj), "not_object",
-                           f"a JSON {type(obj).__name__}, not an object")
+                           f"a JSON {_type_name(obj)}, not an object")
             return
         rid = obj.get("id")
         usable = ((isinstance(rid, str) and rid != "")
@@ -130,17 +184,22 @@ class Records:
         text = obj["text"]
         if not isinstance(text, str):
             self.malformed(line, raw or _dump(obj), "text_not_string",
-                           f"'text' is {type(text).__name__}, not a string")
+                           f"'text' is {_type_name(text)}, not a string")
             return
         # An id that cannot name the document (null, "", a float, ...) stays in meta: a kept
         # document has no raw bytes, so dropping it here would lose it for good.
         meta = {k: v for k, v in obj.items() if k != "text" and (k != "id" or not usable)}
         try:
-            text.encode("utf-8")
-            doc_id.encode("utf-8")
             meta_json = json.dumps(meta, ensure_ascii=False, default=str) if meta else None
-            if meta_json is not None:
-                meta_json.encode("utf-8")
+        except RecursionError:  # parsed a frame higher up the stack than it is dumped here
+            self.malformed(line, raw or b"", "bad_json", "nested too deeply")
+            return
+        try:
+            if raw is None or (b"\\u" in raw and _SURROGATE_ESCAPE.search(raw)):
+                text.encode("utf-8")
+                doc_id.encode("utf-8")
+                if meta_json is not None:
+                    meta_json.encode("utf-8")
         except UnicodeEncodeError as exc:
             self.malformed(line, raw or _dump(obj), "invalid_unicode",
                            f"lone surrogate escape: {exc.reason} at {exc.start}")
@@ -151,7 +210,8 @@ class Records:
         """Parse one JSONL line (without its newline)."""
         if raw.endswith(b"\r"):
             raw = raw[:-1]
-        if not raw.strip():
+        # isspace() is strip()'s ASCII set without strip()'s copy of the whole line
+        if not raw or raw.isspace():
             self.blank_lines += 1
             return
         try:
@@ -161,12 +221,19 @@ class Records:
                            f"invalid UTF-8 byte 0x{raw[exc.start]:02x} at offset {exc.start}")
             return
         try:
-            obj = json.loads(s)
+            if s.startswith("\ufeff"):  # what json.loads says; the decoder itself does not check
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", s, 0)
+            obj = _DECODER.decode(s)
         except json.JSONDecodeError as exc:
-            self.malformed(line, raw, "bad_json", f"{exc.msg} at column {exc.colno}")
+            # Some messages end in "at" ("Invalid control character at"): no "at at column".
+            self.malformed(line, raw, "bad_json",
+                           f"{exc.msg.removesuffix(' at')} at column {exc.colno}")
             return
         except RecursionError:
             self.malformed(line, raw, "bad_json", "nested too deeply")
+            return
+        except DuplicateKeyError as exc:
+            self.malformed(line, raw, "duplicate_key", str(exc))
             return
         except ValueError as exc:  # e.g. an integer over sys.get_int_max_str_digits() digits
             self.malformed(line, raw, "bad_json", str(exc))
@@ -178,11 +245,27 @@ class Records:
             self.cols[name].append(v)
 
     def table(self) -> pa.Table:
-        return pa.table(self.cols, schema=RECORD_SCHEMA)
+        """The records as Arrow; the Python lists are released, so that a chunk's text is not
+        held twice while the worker runs its SQL (the table is kept for later calls)."""
+        if self._table is None:
+            self._table = pa.table(self.cols, schema=RECORD_SCHEMA)
+            self.cols = {n: [] for n in RECORD_SCHEMA.names}
+        return self._table
 
 
 def _dump(obj: object) -> bytes:
     return json.dumps(obj, ensure_ascii=True, default=str).encode()
+
+
+def _split_lines(data: bytes) -> Iterator[bytes]:
+    """``data.split(b"\\n")`` without a trailing empty part, one line at a time: a list of
+    every line doubled the memory of a chunk (a 200 MB line was held twice)."""
+    start = 0
+    while (nl := data.find(b"\n", start)) != -1:
+        yield data[start:nl]
+        start = nl + 1
+    if start < len(data):
+        yield data[start:]
 
 
 def _lines(stream: BinaryIO) -> Iterator[bytes]:
@@ -223,10 +306,7 @@ def read_chunk(spec: ChunkSpec) -> Records:
             f.seek(spec.byte_start)
             data = f.read(spec.byte_end - spec.byte_start)
             _check(spec, hashlib.sha256(data).hexdigest())
-            parts = data.split(b"\n")
-            if parts and parts[-1] == b"":
-                parts.pop()
-            for i, raw in enumerate(parts):
+            for i, raw in enumerate(_split_lines(data)):
                 recs.add_line(spec.first_line + i, raw)
             return recs
         hashing = _HashingReader(f)

@@ -51,7 +51,7 @@ def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
     reporter = reporter or NullReporter()
     plan = Plan()
     seen_keys: dict[str, str] = {}
-    found = discover(inputs)
+    found = discover(inputs, plan.file_errors)
     paths = [p for p, _ in found]
     cache = state.cached_sources(paths)
     known = state.chunks_of_sources(paths)
@@ -79,6 +79,8 @@ def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
             plan.files_read += 1
             plan.bytes_read += st.st_size
             plan.sources.append(SourceRecord(path, fmt, st, sha, chunk_size))
+        if fresh and st.st_size == 0 and fmt is not Format.PARQUET:
+            plan.notes.append(f"{path}: empty file (0 bytes), no records")  # said, not hidden
         reporter.file_planned(path, plan.files, len(found), fresh)
         new_keys = {s.chunk_key for s in specs}
         for spec, status in old:

@@ -44,3 +44,84 @@ def lake_rows(lake: Path) -> list[tuple[object, ...]]:
         "SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of FROM documents "
         "ORDER BY chunk_key, source_line")
     return res.rows
+
+
+def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None) -> list[str]:
+    """Every broken invariant of a lake after crashes and a completed re-run, as messages (an
+    empty list when the lake is sound). The checks of ``test_crash.assert_consistent``, shared
+    with the fault tests and ``benchmarks/chaos.py``, which reports rather than asserts.
+
+    With ``reference`` (``lake_rows`` of an uninterrupted run) the contents must equal it.
+    """
+    import collections
+
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    problems: list[str] = []
+    rows = lake_rows(lake)
+    if reference is not None and rows != reference:
+        have, want = collections.Counter(rows), collections.Counter(reference)
+        problems.append(f"contents differ from the clean run: {sum((want - have).values())} "
+                        f"row(s) missing, {sum((have - want).values())} extra")
+    lines = collections.Counter((r[0], r[1]) for r in rows)
+    doubled = [k for k, n in lines.items() if n > 1]
+    if doubled:
+        problems.append(f"{len(doubled)} (chunk_key, source_line) twice, e.g. {doubled[0]}")
+    kept_ids = collections.Counter(r[2] for r in rows if r[4])
+    dup_ids = [k for k, n in kept_ids.items() if n > 1]
+    if dup_ids:
+        problems.append(f"{len(dup_ids)} id(s) kept twice, e.g. {dup_ids[0]!r}")
+    temps = sorted(str(p) for p in lake.rglob("*") if ".tmp" in p.name)
+    if temps:
+        problems.append(f"temp files left: {temps[:3]}")
+    staged = sorted(p.name for p in (lake / "staging").iterdir())
+    if staged:
+        problems.append(f"staged files left: {staged[:3]}")
+    dt = DeltaTable(str(lake / "documents"))
+    for uri in dt.file_uris():
+        try:
+            pq.read_table(uri)
+        except Exception as exc:  # any failure to read is the finding
+            problems.append(f"data file unreadable: {uri} ({exc})")
+    referenced = {os.path.normpath(u) for u in dt.file_uris()}
+    on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")
+               if "_delta_log" not in p.parts}  # delta-rs checkpoints every 100 commits
+    if on_disk != referenced:
+        problems.append(f"{len(on_disk - referenced)} orphan data file(s), "
+                        f"{len(referenced - on_disk)} missing")
+    committed: dict[str, int] = {}
+    for entry in dt.history():
+        key = entry.get("lakecurate.chunk_key")
+        if key is None:
+            continue
+        if key in committed:
+            problems.append(f"{key} committed twice (versions {committed[key]} and "
+                            f"{entry['version']})")
+        committed[key] = entry["version"]
+    lk = Lake.open(lake)
+    success = dict(lk.sql("SELECT chunk_key, delta_version FROM chunks "
+                          "WHERE status = 'SUCCESS'").rows)
+    if success != committed:
+        differ = set(success.items()) ^ set(committed.items())
+        problems.append(f"state and Delta log disagree on {len(differ)} chunk version(s)")
+    if lk.sql("SELECT count(*) FROM commits WHERE status <> 'DONE'").rows[0][0]:
+        problems.append("commit intents left open")
+    max_seq = lk.sql("SELECT max(seq) FROM commits").rows[0][0]
+    if dt.transaction_version("lakecurate") != max_seq:
+        problems.append(f"Delta watermark {dt.transaction_version('lakecurate')} != state seq "
+                        f"{max_seq}")
+    statuses = lk.sql("SELECT DISTINCT status FROM chunks").rows
+    if statuses != [("SUCCESS",)]:
+        problems.append(f"chunk statuses {statuses}, not all SUCCESS")
+    (n_hashes, n_docs) = lk.sql("SELECT (SELECT count(*) FROM content_hashes), "
+                                "(SELECT count(*) FROM docs)").rows[0]
+    if n_hashes != n_docs:
+        problems.append(f"content index has {n_hashes} entries for {n_docs} kept documents")
+    return problems
+
+
+def assert_lake_consistent(lake: Path, reference: list[tuple[object, ...]] | None) -> None:
+    """``lake_problems`` as an assertion."""
+    problems = lake_problems(lake, reference)
+    assert problems == [], "\n".join(problems)
