@@ -10,7 +10,6 @@ write left behind, so nothing is committed twice and nothing half-written stays 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -194,7 +193,7 @@ class Committer:
                 self._finalise(seq, kind, keys)
                 notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
             else:
-                removed = self._remove_orphans(intent_ns)
+                removed = self.delta.remove_unreferenced(intent_ns)
                 self.state.abandon_intent(seq, keys, self.run_id)
                 notes.append(f"commit {seq} ({kind}) never reached Delta; will redo it"
                              + (f"; removed {removed} orphan data file(s)" if removed else ""))
@@ -231,26 +230,6 @@ class Committer:
                        if self.near is not None else None)
         self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
                                  self.run_id, self._index(rows, seq, near_writer))
-
-    def _remove_orphans(self, intent_ns: int) -> int:
-        """Delete data files an interrupted write left: unreferenced and newer than the intent.
-
-        Safe because the lake lock makes this the only writer, and every file an older version
-        references (including tombstoned ones kept for time travel) predates the intent.
-        """
-        referenced = self.delta.referenced_files()
-        removed = 0
-        for path in self.delta.data_files():
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            # 50 ms margin: file mtimes come from a coarse kernel clock.
-            if (os.path.normpath(str(path)) not in referenced
-                    and st.st_mtime_ns >= intent_ns - 50_000_000):
-                path.unlink(missing_ok=True)
-                removed += 1
-        return removed
 
     def _clean_staging(self, staging_dir: Path) -> None:
         """Remove temp files of interrupted writes and staged files already committed."""

@@ -2,13 +2,19 @@
 
 ``LAKECURATE_FAULT`` holds comma-separated rules ``point:action[:match]``; ``action`` is ``kill``
 (SIGKILL the whole process group, like a power cut or the OOM killer taking the job), ``raise``,
-or ``sleep`` (one second: slows a run down so a test can watch it from outside);
-``match`` restricts the rule to keys containing that text. Unset, every call is a dictionary
-lookup and nothing else.
+``enospc`` (raise ``OSError(ENOSPC)``, what a write to a full disk raises), or ``sleep`` (one
+second: slows a run down so a test can watch it from outside); ``match`` restricts the rule to
+keys containing that text. Unset, every call is a dictionary lookup and nothing else.
+
+Points: ``worker`` (a worker starts a chunk), ``staged_write`` (the staged Parquet temp file is
+written, not yet renamed), ``before_delta_commit`` (intent recorded), ``delta_write`` (inside
+``DeltaStore.append``, where delta-rs writes data files and the log entry),
+``after_delta_commit``, ``during_state_update`` (inside the DuckDB transaction after a commit).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -40,3 +46,6 @@ def hit(point: str, key: str = "") -> None:
             time.sleep(1.0)
         if parts[1] == "raise":
             raise InjectedFaultError(f"injected fault at {point} ({key})")
+        if parts[1] == "enospc":
+            raise OSError(errno.ENOSPC, f"No space left on device (injected at {point})",
+                          key or None)

@@ -7,6 +7,7 @@ retries never change which document of a duplicate group is kept.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import traceback
@@ -20,7 +21,7 @@ from lakecurate import config as configuration
 from lakecurate.commit import Committer
 from lakecurate.config import Config
 from lakecurate.dedup.lsh import NearDedupIndex
-from lakecurate.errors import PermanentChunkError
+from lakecurate.errors import DiskFullError, PermanentChunkError, disk_full, is_disk_full
 from lakecurate.executor import LocalExecutor, default_workers
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
@@ -111,28 +112,38 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
     started = time.perf_counter()
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.staging.mkdir(exist_ok=True)
-    with LakeLock.acquire(paths.lock, "ingest") as lock:
-        state = StateStore.open(paths.state)
-        try:
-            run_id = state.begin_run("ingest", args or json.dumps(inputs), cfg.hash)
-            report = IngestReport(run_id=run_id)
-            if lock.previous:
-                report.notes.append(f"took over the lock of a dead process: {lock.previous}")
+    try:
+        with LakeLock.acquire(paths.lock, "ingest") as lock:
+            state = StateStore.open(paths.state)
             try:
-                _ingest(paths, inputs, cfg, workers, verify, reporter, state, report)
-            except BaseException as exc:
-                state.reset_running(run_id)
-                state.finish_run(run_id, "FAILED", report.chunks_committed, len(report.dead),
-                                 f"{type(exc).__name__}: {exc}")
-                raise
-            report.seconds = time.perf_counter() - started
-            state.finish_run(run_id, report.outcome, report.chunks_committed, len(report.dead),
-                             "; ".join(report.file_errors)[:2000])
-            state.publish_snapshot(paths.snapshot)
-            return report
-        finally:
-            state.close()
-            reporter.close()
+                run_id = state.begin_run("ingest", args or json.dumps(inputs), cfg.hash)
+                report = IngestReport(run_id=run_id)
+                if lock.previous:
+                    report.notes.append(f"took over the lock of a dead process: {lock.previous}")
+                try:
+                    _ingest(paths, inputs, cfg, workers, verify, reporter, state, report)
+                except BaseException as exc:
+                    # On a full disk these writes may fail too: the first error is the news.
+                    with contextlib.suppress(Exception):
+                        state.reset_running(run_id)
+                        state.finish_run(run_id, "FAILED", report.chunks_committed,
+                                         len(report.dead), f"{type(exc).__name__}: {exc}")
+                    raise
+                report.seconds = time.perf_counter() - started
+                state.finish_run(run_id, report.outcome, report.chunks_committed,
+                                 len(report.dead), "; ".join(report.file_errors)[:2000])
+                state.publish_snapshot(paths.snapshot)
+                return report
+            finally:
+                with contextlib.suppress(Exception):
+                    state.close()
+                reporter.close()
+    except DiskFullError:
+        raise
+    except Exception as exc:
+        if is_disk_full(exc):
+            raise disk_full(exc, "writing the lake") from exc
+        raise
 
 
 def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
@@ -141,7 +152,7 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     index = MembershipIndex(state.con)
     near = None
     if cfg.near_dedup.enabled:
-        near_index = NearDedupIndex(state.con, minhash_config(cfg))
+        near_index = NearDedupIndex(state.con, minhash_config(cfg), cfg.near_dedup.link)
         near_index.create_schema()
         near = NearDedup(near_index, near_index.cfg)
     committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact, near)
@@ -294,6 +305,8 @@ class _Scheduler:
     def _failed(self, spec: ChunkSpec, exc: BaseException, attempts: dict[str, int],
                 retry_at: dict[str, float], dead: set[str], why: str | None = None) -> None:
         key = spec.chunk_key
+        if is_disk_full(exc):  # not the chunk's fault: stop the run, the chunk stays PENDING
+            raise disk_full(exc, f"a worker wrote the staged file of {key}") from exc
         message = why or f"{type(exc).__name__}: {exc}"
         tb = "".join(traceback.format_exception(exc))
         is_dead = (isinstance(exc, PermanentChunkError)

@@ -7,8 +7,10 @@ does not reject a repeated or lower app-transaction version on sequential writes
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from lakecurate.errors import CommitError, LakeError
+from lakecurate import faults
+from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
 from lakecurate.types import DOCUMENT_SCHEMA
 
 APP_ID = "lakecurate"
@@ -61,13 +64,21 @@ class DeltaStore:
         """Append one chunk's rows as one transactional commit; returns the new version."""
         dt = self.table()
         target: Any = dt if dt is not None else str(self.path)
+        started_ns = time.time_ns()
         try:
+            faults.hit("delta_write", metadata.get("lakecurate.chunk_key", ""))  # tests: ENOSPC
             write_deltalake(target, rows.cast(DOCUMENT_SCHEMA), mode="append",
                             partition_by=PARTITION_BY,
                             commit_properties=self._props(seq, metadata))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"Delta commit of seq {seq} failed: {exc}; nothing was "
-                              "committed, re-run the same command") from exc
+            self._dt = None  # re-read the log: did the commit land before the error?
+            if self.watermark() < seq:  # no: its data files are garbage, remove them now
+                with contextlib.suppress(OSError, DeltaError):
+                    self.remove_unreferenced(started_ns)
+            if is_disk_full(exc):
+                raise disk_full(exc, f"writing Delta commit seq {seq}") from exc
+            raise CommitError(f"Delta commit of seq {seq} failed: {one_line(exc)}; nothing "
+                              "was committed, re-run the same command") from exc
         if dt is None:
             self._dt = None  # the first commit created the table; open it next time
         return self.version()
@@ -83,8 +94,8 @@ class DeltaStore:
             out = dt.delete(f"chunk_key IN ({quoted})",
                             commit_properties=self._props(seq, metadata))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"Delta delete of seq {seq} failed: {exc}; re-run the same "
-                              "command") from exc
+            raise CommitError(f"Delta delete of seq {seq} failed: {one_line(exc)}; re-run the "
+                              "same command") from exc
         return self.version(), int(out.get("num_deleted_rows", 0))
 
     def restore(self, version: int, seq: int, metadata: dict[str, str]) -> int:
@@ -95,8 +106,8 @@ class DeltaStore:
         try:
             dt.restore(version, commit_properties=self._props(seq, metadata))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"Delta restore to version {version} failed: {exc}; nothing "
-                              "changed, re-run the same command") from exc
+            raise CommitError(f"Delta restore to version {version} failed: {one_line(exc)}; "
+                              "nothing changed, re-run the same command") from exc
         return self.version()
 
     def find_commit(self, seq: int, limit: int = 50) -> dict[str, Any] | None:
@@ -120,6 +131,28 @@ class DeltaStore:
     def referenced_files(self) -> set[str]:
         dt = self.table()
         return set() if dt is None else {os.path.normpath(p) for p in dt.file_uris()}
+
+    def remove_unreferenced(self, since_ns: int) -> int:
+        """Delete data files a failed or killed write left: not named by the log, and written
+        at or after ``since_ns`` (wall clock); returns how many.
+
+        Safe because the lake lock makes this the only writer, and every file an older version
+        references (tombstoned ones kept for time travel too) predates ``since_ns``.
+        """
+        self._dt = None  # the log as it is on disk now
+        referenced = self.referenced_files()
+        removed = 0
+        for path in self.data_files():
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            # 50 ms margin: file mtimes come from a coarse kernel clock.
+            if (os.path.normpath(str(path)) not in referenced
+                    and st.st_mtime_ns >= since_ns - 50_000_000):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def data_files(self) -> list[Path]:
         """Every Parquet file under the table folder, referenced or not."""
