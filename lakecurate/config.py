@@ -15,7 +15,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lakecurate.errors import ConfigError
 
@@ -72,15 +72,33 @@ class NearDedupConfig:
     bands: int | None = None
     rows: int | None = None
     verify: bool = True
+    # The clustering rule (``dedup.lsh.LINKS``, docs/near-dedup.md): "any" joins the smallest
+    # cluster among a document's earlier neighbours (chains through dropped documents merge);
+    # "kept" joins only a cluster whose kept document the document is itself near (needs
+    # verify). The default stays "any" so lakes made before the key existed keep their rule and
+    # their config hash; for precision >= 0.98 use num_perm = 256 with link = "kept".
+    link: Literal["any", "kept"] = "any"
 
     def minhash_params(self) -> dict[str, Any]:
         """The keyword arguments of ``MinHashConfig``."""
-        return {k: v for k, v in asdict(self).items() if k != "enabled"}
+        return {k: v for k, v in asdict(self).items() if k not in ("enabled", "link")}
 
+    def decision_params(self) -> dict[str, Any]:
+        """What enters the config hash: the MinHash settings, plus ``link`` when it is not the
+        default (so the hash of a lake made before ``link`` existed does not change)."""
+        out = self.minhash_params()
+        if self.link != "any":
+            out["link"] = self.link
+        return out
+
+
+NEAR_LINKS = ("any", "kept")
+"""Allowed values of ``[near_dedup].link`` (the same as ``dedup.lsh.LINKS``)."""
 
 _NEAR_TYPES: dict[str, tuple[type, ...]] = {
     "enabled": (bool,), "threshold": (float, int), "num_perm": (int,), "ngram": (int,),
-    "unit": (str,), "seed": (int,), "bands": (int,), "rows": (int,), "verify": (bool,)}
+    "unit": (str,), "seed": (int,), "bands": (int,), "rows": (int,), "verify": (bool,),
+    "link": (str,)}
 
 
 def _near_from_dict(sec: object) -> NearDedupConfig:
@@ -92,6 +110,13 @@ def _near_from_dict(sec: object) -> NearDedupConfig:
         if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
             allowed = " or ".join(t.__name__ for t in types)
             raise ConfigError(f"[near_dedup].{key} = {value!r}: must be {allowed}")
+    link = sec.get("link", NearDedupConfig.link)
+    if link not in NEAR_LINKS:
+        allowed = " or ".join(f'"{v}"' for v in NEAR_LINKS)
+        raise ConfigError(f"[near_dedup].link = {link!r}: must be {allowed}")
+    if link == "kept" and sec.get("verify", True) is False:
+        raise ConfigError('[near_dedup].link = "kept" compares each document with its '
+                          "cluster's kept document by signature: it needs verify = true")
     if "threshold" in sec:
         sec = {**sec, "threshold": float(sec["threshold"])}
     return NearDedupConfig(**sec)
@@ -121,7 +146,7 @@ class Config:
         if self.gates.strict and self.gates.bounds:
             out["gates"] = [list(b) for b in self.gates.bounds]
         if self.near_dedup.enabled:
-            out["near_dedup"] = self.near_dedup.minhash_params()
+            out["near_dedup"] = self.near_dedup.decision_params()
         return out
 
     @property

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import duckdb
 import duckdb.func
@@ -34,6 +35,10 @@ ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
 
 MAX_ROUNDS = 10_000
+
+Link = Literal["any", "kept"]
+LINKS: tuple[Link, ...] = ("any", "kept")
+"""Clustering rules of :class:`NearDedupIndex` (``link``): see docs/near-dedup.md."""
 
 CHUNK_SCHEMA = pa.schema([
     pa.field("doc_seq", pa.int64(), nullable=False),
@@ -188,9 +193,20 @@ class NearDedupIndex:
     forgets the chunk's rows, so it is idempotent too.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, cfg: MinHashConfig) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, cfg: MinHashConfig,
+                 link: Link = "any") -> None:
+        """``link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins a
+        document to the smallest cluster among its earlier neighbours, so chains through dropped
+        documents merge; ``"kept"`` joins it only to a cluster whose kept document it is itself
+        near (verified against the representative, never through a chain), which needs
+        ``cfg.verify``. A lake's index records its rule and refuses the other one."""
+        if link not in LINKS:
+            raise ValueError(f"link must be one of {LINKS}, not {link!r}")
+        if link == "kept" and not cfg.verify:
+            raise LakeError('near-dedup link = "kept" compares signatures: it needs verify = true')
         self.con = con
         self.cfg = cfg
+        self.link = link
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
 
     @property
@@ -205,6 +221,7 @@ class NearDedupIndex:
         rows = self.con.execute(engine.q("dedup.get_meta"), {"key": "fingerprint"}).fetchall()
         row = rows[0] if rows else None
         fp = self.cfg.fingerprint()
+        links = self.con.execute(engine.q("dedup.get_meta"), {"key": "link"}).fetchall()
         if row is None:
             self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})
         elif row[0] != fp:
@@ -213,6 +230,15 @@ class NearDedupIndex:
                 f"now gives {fp} (num_perm, ngram, seed, unit, bands or rows changed, or another "
                 "Python Unicode version): restore the old [near_dedup] settings, or rebuild the "
                 "index with a full re-ingest")
+        # An index made before the rule was recorded used the only rule there was: "any".
+        stored = links[0][0] if links else ("any" if row is not None else None)
+        if stored is None:
+            self.con.execute(engine.q("dedup.put_meta"), {"key": "link", "value": self.link})
+        elif stored != self.link:
+            raise LakeError(
+                f'the lake\'s near-dedup index was built with [near_dedup].link = "{stored}", '
+                f'the config now gives "{self.link}": the clusters of one rule cannot be extended '
+                f'with the other. Restore link = "{stored}", or use a new lake for the new rule')
 
     def _register(self, docs: pa.Table) -> tuple[int, int]:
         docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
@@ -236,13 +262,23 @@ class NearDedupIndex:
             self.con.execute(engine.q("dedup.chunk_bands"))
             self.con.execute(engine.q("dedup.chunk_edges"), {
                 **params, "verify": self.cfg.verify, "min_matches": self.min_matches})
-            self.con.execute(engine.q("dedup.init_labels"))
+            kept = self.link == "kept"
+            if kept:
+                self.con.execute(engine.q("dedup.init_labels_kept"),
+                                 {"min_matches": self.min_matches})
+                self.con.execute(engine.q("dedup.start_labels_kept"))
+            else:
+                self.con.execute(engine.q("dedup.init_labels"))
             self.rounds = 0
             while True:
                 self.rounds += 1
                 if self.rounds > MAX_ROUNDS:
                     raise LakeError("near-dedup label propagation did not settle: report a bug")
-                self.con.execute(engine.q("dedup.step_labels"))
+                if kept:
+                    self.con.execute(engine.q("dedup.step_labels_kept"),
+                                     {**params, "min_matches": self.min_matches})
+                else:
+                    self.con.execute(engine.q("dedup.step_labels"))
                 ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()
                 if changed == 0:
                     break

@@ -90,6 +90,64 @@ LEFT JOIN nd_edges e ON e.src = l.doc_seq AND NOT e.old
 LEFT JOIN nd_labels p ON p.doc_seq = e.dst
 GROUP BY l.doc_seq, l.label;
 
+-- name: init_labels_kept
+-- Rule `link = 'kept'` (NearDedupIndex(..., link="kept")): a document joins a cluster only when
+-- it is itself near that cluster's KEPT document (at least $min_matches equal signature positions),
+-- not merely near some member. Start label: the smallest such cluster among the clusters of its
+-- earlier lake neighbours, or itself. Kept in nd_init: every round starts again from it (labels of
+-- this rule are not monotone between rounds, so a round must not start from the previous one).
+CREATE OR REPLACE TEMP TABLE nd_init AS
+WITH cand AS (
+    SELECT DISTINCT e.src, o.cluster_id AS rep
+    FROM nd_edges e
+    JOIN minhash_docs o ON o.doc_seq = e.dst
+    WHERE e.old
+), ok AS (
+    SELECT c.src, min(c.rep) AS rep
+    FROM cand c
+    JOIN nd_chunk s ON s.doc_seq = c.src
+    JOIN minhash_docs r ON r.doc_seq = c.rep
+    WHERE len(list_filter(list_zip(s.signature, r.signature), lambda p: p[1] = p[2]))
+          >= $min_matches
+    GROUP BY c.src
+)
+SELECT c.doc_seq, least(c.doc_seq, coalesce(ok.rep, c.doc_seq)) AS label
+FROM nd_chunk c
+LEFT JOIN ok ON ok.src = c.doc_seq
+WHERE c.bands IS NOT NULL;
+
+-- name: start_labels_kept
+CREATE OR REPLACE TEMP TABLE nd_labels AS SELECT * FROM nd_init;
+
+-- name: step_labels_kept
+-- One round of rule `kept` along in-chunk edges: label(d) = min(init(d), the labels of d's earlier
+-- in-chunk neighbours whose kept document d is near). A label depends only on earlier documents,
+-- so after as many rounds as the longest in-chunk chain nothing changes, and that fixed point is
+-- the unique solution of the rule (the same as one document at a time, in doc_seq order).
+CREATE OR REPLACE TEMP TABLE nd_labels_next AS
+WITH cand AS (
+    SELECT DISTINCT e.src, p.label AS rep
+    FROM nd_edges e
+    JOIN nd_labels p ON p.doc_seq = e.dst
+    WHERE NOT e.old
+), sigs AS (
+    SELECT doc_seq, signature FROM nd_chunk
+    UNION ALL
+    SELECT doc_seq, signature FROM minhash_docs
+    WHERE doc_seq < $chunk_min AND doc_seq IN (SELECT rep FROM cand)
+), ok AS (
+    SELECT c.src, min(c.rep) AS rep
+    FROM cand c
+    JOIN nd_chunk s ON s.doc_seq = c.src
+    JOIN sigs r ON r.doc_seq = c.rep
+    WHERE len(list_filter(list_zip(s.signature, r.signature), lambda p: p[1] = p[2]))
+          >= $min_matches
+    GROUP BY c.src
+)
+SELECT i.doc_seq, least(i.label, coalesce(ok.rep, i.label)) AS label
+FROM nd_init i
+LEFT JOIN ok ON ok.src = i.doc_seq;
+
 -- name: count_changed
 SELECT count(*) FROM nd_labels_next n JOIN nd_labels l USING (doc_seq) WHERE n.label <> l.label;
 

@@ -1,0 +1,274 @@
+"""The clustering rule ``link = "kept"`` of the LSH index (``NearDedupIndex(..., link="kept")``).
+
+A document joins a cluster only when it is itself near (verified on the signatures) that cluster's
+kept document, never through a chain of dropped documents. What must hold, as for ``"any"``:
+batch equals a plain Python implementation of the rule, incremental equals batch, row order and
+threads change nothing, a retried chunk gives the same answer; and a lake's index keeps its rule.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lakecurate import engine
+from lakecurate.dedup import lsh
+from lakecurate.dedup import minhash as mh
+from lakecurate.errors import LakeError
+
+CFG = mh.MinHashConfig(threshold=0.7)
+NEED = lsh.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
+VOCAB = [f"w{i}" for i in range(5000)]
+
+Row = tuple[int, int | None, str | None]
+
+
+def chain_corpus(seed: int = 3) -> list[str]:
+    """Unrelated documents, chains (each link an edit of the previous one: the ends are far apart),
+    stars around an origin, a duplicated short text and an empty one, in shuffled order."""
+    rng = random.Random(seed)
+
+    def edit(words: list[str], n: int) -> list[str]:
+        out = list(words)
+        for pos in rng.sample(range(len(out)), n):
+            out[pos] = rng.choice(VOCAB)
+        return out
+
+    docs: list[list[str]] = [[rng.choice(VOCAB) for _ in range(120)] for _ in range(50)]
+    for _ in range(14):
+        link = [rng.choice(VOCAB) for _ in range(120)]
+        docs.append(link)
+        for _ in range(rng.randint(2, 7)):
+            link = edit(link, 4)
+            docs.append(link)
+    for _ in range(8):
+        origin = [rng.choice(VOCAB) for _ in range(120)]
+        docs.append(origin)
+        docs.extend(edit(origin, rng.randint(1, 8)) for _ in range(3))
+    docs.extend([[], ["just", "three", "words"], ["just", "three", "words"]])
+    rng.shuffle(docs)
+    return [" ".join(d) for d in docs]
+
+
+def columns(texts: list[str], cfg: mh.MinHashConfig = CFG) -> tuple[list[str], pa.Array, pa.Array]:
+    sig, bands = lsh.chunk_signatures(texts, cfg)
+    return texts, sig, bands
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[list[str], pa.Array, pa.Array]:
+    return columns(chain_corpus())
+
+
+def new_index(link: lsh.Link, threads: int = 1,
+              cfg: mh.MinHashConfig = CFG) -> lsh.NearDedupIndex:
+    idx = lsh.NearDedupIndex(engine.connect(threads=threads), cfg, link=link)
+    idx.create_schema()
+    return idx
+
+
+@pytest.fixture
+def kept_index() -> Iterator[lsh.NearDedupIndex]:
+    idx = new_index("kept")
+    yield idx
+    idx.con.close()
+
+
+def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
+        sizes: list[int], shuffle: int | None = None) -> list[Row]:
+    """Match and add the corpus chunk by chunk; rows as (position, cluster position, dup_of)."""
+    texts, sig, bands = corpus
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+
+    def pos(seq: int | None) -> int | None:
+        if seq is None:
+            return None
+        ordinal, row = lsh.split_doc_seq(seq)
+        return int(starts[ordinal]) + row
+
+    out: list[Row] = []
+    for ordinal, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
+        rows = np.arange(start, min(start + size, len(texts)))
+        table = lsh.chunk_table(lsh.make_doc_seq(ordinal, np.arange(len(rows))),
+                                [f"d{i}" for i in rows], sig.take(rows), bands.take(rows))
+        if shuffle is not None:
+            table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
+        result = idx.match_chunk(table)
+        idx.add_chunk(table, result)
+        out.extend((pos(s), pos(c), d) for s, c, d in zip(  # type: ignore[misc]
+            result["doc_seq"].to_pylist(), result["cluster_id"].to_pylist(),
+            result["dup_of"].to_pylist(), strict=True))
+    return out
+
+
+def chunking(n: int, sizes: list[int]) -> list[int]:
+    sizes = list(sizes)
+    while sum(sizes) < n:
+        sizes.append(sizes[-1])
+    return sizes
+
+
+def reference(texts: list[str], link: str, cfg: mh.MinHashConfig = CFG) -> list[Row]:
+    """Both rules in plain Python, one document at a time in order. Neighbours: earlier documents
+    sharing a band and agreeing on at least NEED positions. ``any``: the smallest cluster among
+    the neighbours'; ``kept``: the smallest among those whose kept document is itself a
+    neighbour-grade match (at least NEED equal positions) of the document."""
+    sig = mh.signatures_of_texts(texts, cfg)
+    bands = mh.band_hashes(sig, *cfg.layout)
+    empty = mh.is_empty(sig)
+    need = lsh.NearDedupIndex(None, cfg).min_matches  # type: ignore[arg-type]
+
+    def near(i: int, j: int) -> bool:
+        return int((sig[i] == sig[j]).sum()) >= need
+
+    label: dict[int, int] = {}
+    out: list[Row] = []
+    for i in range(len(texts)):
+        if empty[i]:
+            out.append((i, None, None))
+            continue
+        clusters = {label[j] for j in range(i)
+                    if not empty[j] and (bands[i] == bands[j]).any() and near(i, j)}
+        if link == "kept":
+            clusters = {c for c in clusters if near(i, c)}
+        label[i] = min(clusters | {i})
+        out.append((i, label[i], None if label[i] == i else f"d{label[i]}"))
+    return out
+
+
+# -- the rule on a constructed chain -----------------------------------------------------------
+def chain_of_three() -> tuple[list[str], mh.U32]:
+    """A ~ B ~ C with A and C far apart, and D ~ A: B replaces A's last words, C replaces B's
+    first words (so C keeps none of A's changes back), D replaces a few words in A's middle."""
+    rng = random.Random(12)
+    a = [rng.choice(VOCAB) for _ in range(300)]
+    b = a[:-40] + [rng.choice(VOCAB) for _ in range(40)]
+    c = [rng.choice(VOCAB) for _ in range(40)] + b[40:]
+    d = a[:140] + [rng.choice(VOCAB) for _ in range(8)] + a[148:]
+    texts = [" ".join(x) for x in (a, b, c, d)]
+    return texts, mh.signatures_of_texts(texts, CFG)
+
+
+def test_the_chain_is_what_it_claims() -> None:
+    _, sig = chain_of_three()
+    est = {(i, j): float(mh.estimate_jaccard(sig[i:i + 1], sig[j:j + 1])[0])
+           for i in range(4) for j in range(i + 1, 4)}
+    assert min(est[0, 1], est[1, 2]) >= CFG.threshold + 0.05  # A~B, B~C (0.79, 0.80)
+    assert est[0, 2] < CFG.threshold - 0.05                   # A and C far apart (0.64)
+    assert est[0, 3] >= CFG.threshold + 0.05                  # D~A (0.93)
+    bands = mh.band_hashes(sig, *CFG.layout)
+    assert (bands[0] == bands[1]).any() and (bands[1] == bands[2]).any()
+    assert (bands[0] == bands[3]).any()
+
+
+@pytest.mark.parametrize("sizes", [[4], [1, 1, 1, 1], [2, 2], [1, 3]])
+def test_kept_never_chains_to_a_far_document(sizes: list[int]) -> None:
+    texts, _ = chain_of_three()
+    any_rows = run(idx := new_index("any"), columns(texts), sizes)
+    idx.con.close()
+    kept_rows = run(idx := new_index("kept"), columns(texts), sizes)
+    idx.con.close()
+    # "any": C joins A's cluster through B, although C is far from A
+    assert [c for _, c, _ in any_rows] == [0, 0, 0, 0]
+    # "kept": C is not near A, so it starts a cluster of its own; B and D stay with A
+    assert [c for _, c, _ in kept_rows] == [0, 0, 2, 0]
+    assert [d for _, _, d in kept_rows] == [None, "d0", None, "d0"]
+    assert kept_rows == reference(texts, "kept") and any_rows == reference(texts, "any")
+
+
+def test_kept_only_drops_documents_near_their_kept_one(kept_index, corpus) -> None:  # type: ignore[no-untyped-def]
+    texts = corpus[0]
+    rows = run(kept_index, corpus, [len(texts)])
+    sig = mh.signatures_of_texts(texts, CFG)
+    dups = [(i, c) for i, c, d in rows if d is not None]
+    assert len(dups) >= 20
+    for i, c in dups:
+        assert int((sig[i] == sig[c]).sum()) >= NEED, (i, c)
+    # and the corpus has chains that "any" would have followed past the threshold
+    chained = [(i, c) for i, c, d in reference(texts, "any") if d is not None
+               and int((sig[i] == sig[c]).sum()) < NEED]
+    assert chained
+
+
+# -- the rule on a corpus: reference, incremental, order, threads, retries ----------------------
+def test_batch_matches_the_reference(kept_index, corpus) -> None:  # type: ignore[no-untyped-def]
+    texts = corpus[0]
+    got = run(kept_index, corpus, [len(texts)])
+    assert got == reference(texts, "kept")
+    assert got != reference(texts, "any")  # the rules really differ on this corpus
+    assert kept_index.rounds >= 2          # chains longer than one hop inside the chunk
+
+
+@pytest.mark.parametrize("sizes", [[3], [7], [*[1] * 30, 50], [50, 1, 100, 200], [33, 120]])
+def test_incremental_equals_batch(corpus, sizes: list[int]) -> None:  # type: ignore[no-untyped-def]
+    n = len(corpus[0])
+    results = []
+    for split in ([n], chunking(n, sizes)):
+        idx = new_index("kept")
+        results.append(run(idx, corpus, split))
+        idx.con.close()
+    assert results[0] == results[1] == reference(corpus[0], "kept")
+
+
+def test_row_order_and_threads_do_not_matter(corpus) -> None:  # type: ignore[no-untyped-def]
+    n = len(corpus[0])
+    results = []
+    for shuffle, threads in ((None, 1), (1, 2), (2, 2)):
+        idx = new_index("kept", threads=threads)
+        results.append(run(idx, corpus, [60, n], shuffle=shuffle))
+        idx.con.close()
+    assert results[0] == results[1] == results[2]
+
+
+def test_a_retried_chunk_gets_the_same_answer(kept_index, corpus) -> None:  # type: ignore[no-untyped-def]
+    """An interrupted commit: the chunk is already in the index (add_chunk ran, the state
+    transaction did not finish) and is matched again, then added again."""
+    texts, sig, bands = corpus
+    tables = [lsh.chunk_table(lsh.make_doc_seq(k, np.arange(80)),
+                              [f"d{i}" for i in range(80 * k, 80 * k + 80)],
+                              sig.slice(80 * k, 80), bands.slice(80 * k, 80)) for k in range(2)]
+    kept_index.add_chunk(tables[0], kept_index.match_chunk(tables[0]))
+    before = kept_index.match_chunk(tables[1])
+    kept_index.add_chunk(tables[1], before)
+    assert kept_index.match_chunk(tables[1]).equals(before)
+    kept_index.add_chunk(tables[1], before)
+    ((n_docs,),) = kept_index.con.execute("SELECT count(*) FROM minhash_docs").fetchall()
+    assert n_docs == int(pa.compute.sum(pa.compute.is_valid(bands.slice(0, 160))).as_py())
+    rows = run(new_index("kept"), (texts[:160], sig.slice(0, 160), bands.slice(0, 160)), [160])
+    assert [c for _, c, _ in rows[80:]] == [
+        None if c is None else lsh.split_doc_seq(c)[0] * 80 + lsh.split_doc_seq(c)[1]
+        for c in before["cluster_id"].to_pylist()]
+
+
+# -- the rule is part of the index -------------------------------------------------------------
+@pytest.mark.parametrize(("built", "now"), [("any", "kept"), ("kept", "any")])
+def test_an_index_refuses_the_other_rule(built: lsh.Link, now: lsh.Link) -> None:
+    idx = new_index(built)
+    try:
+        with pytest.raises(LakeError, match=f'link = "{built}", the config now gives "{now}"'):
+            lsh.NearDedupIndex(idx.con, CFG, link=now).create_schema()
+        lsh.NearDedupIndex(idx.con, CFG, link=built).create_schema()  # the same rule: fine
+    finally:
+        idx.con.close()
+
+
+def test_an_index_from_before_the_rule_was_recorded_is_any() -> None:
+    idx = new_index("any")
+    try:
+        idx.con.execute("DELETE FROM minhash_meta WHERE key = 'link'")  # as older versions wrote
+        with pytest.raises(LakeError, match=r'built with \[near_dedup\]\.link = "any"'):
+            lsh.NearDedupIndex(idx.con, CFG, link="kept").create_schema()
+        lsh.NearDedupIndex(idx.con, CFG, link="any").create_schema()
+    finally:
+        idx.con.close()
+
+
+def test_kept_needs_verification_and_a_known_rule() -> None:
+    with pytest.raises(LakeError, match="needs verify = true"):
+        lsh.NearDedupIndex(None, mh.MinHashConfig(verify=False), link="kept")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="link must be one of"):
+        lsh.NearDedupIndex(None, CFG, link="all")  # type: ignore[arg-type]
