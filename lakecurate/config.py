@@ -46,6 +46,8 @@ class IngestConfig:
     max_attempts: int = 3
     retry_backoff: float = 1.0
     workers: int = 0  # 0 = one per core
+    heartbeat_timeout: float = 60.0  # a worker silent this long is killed, its chunk retried
+    chunk_timeout: float = 3600.0  # a chunk running longer is killed and retried; 0 = no limit
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,14 @@ def _int(section: str, key: str, value: object, minimum: int) -> int:
     return value
 
 
+def _seconds(key: str, value: object) -> float:
+    # TOML allows nan and inf: nan passes `< 0` and would crash time.sleep, inf waits forever.
+    if (not isinstance(value, int | float) or isinstance(value, bool) or value < 0
+            or not math.isfinite(value)):
+        raise ConfigError(f"[ingest].{key} = {value!r}: must be seconds >= 0")
+    return float(value)
+
+
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML."""
     unknown = sorted(set(data) - {"ingest", "dedup", "near_dedup", *_FILTER_SECTIONS})
@@ -183,14 +193,16 @@ def from_dict(data: dict[str, Any]) -> Config:
     for name, sec in (("ingest", ing), ("dedup", ded)):
         if not isinstance(sec, dict):
             raise ConfigError(f"[{name}] must be a table, got {type(sec).__name__}")
-    _check_keys("ingest", ing, {"chunk_size", "max_attempts", "retry_backoff", "workers"})
+    _check_keys("ingest", ing, {"chunk_size", "max_attempts", "retry_backoff", "workers",
+                                "heartbeat_timeout", "chunk_timeout"})
     _check_keys("dedup", ded, {"exact"})
     defaults = IngestConfig()
-    backoff = ing.get("retry_backoff", defaults.retry_backoff)
-    # TOML allows nan and inf: nan passes `< 0` and would crash time.sleep, inf waits forever.
-    if (not isinstance(backoff, int | float) or isinstance(backoff, bool) or backoff < 0
-            or not math.isfinite(backoff)):
-        raise ConfigError(f"[ingest].retry_backoff = {backoff!r}: must be seconds >= 0")
+    backoff = _seconds("retry_backoff", ing.get("retry_backoff", defaults.retry_backoff))
+    heartbeat = _seconds("heartbeat_timeout",
+                         ing.get("heartbeat_timeout", defaults.heartbeat_timeout))
+    if heartbeat < 2:  # workers beat every second: less would kill healthy ones
+        raise ConfigError(f"[ingest].heartbeat_timeout = {heartbeat!r}: must be seconds >= 2")
+    chunk_timeout = _seconds("chunk_timeout", ing.get("chunk_timeout", defaults.chunk_timeout))
     exact = ded.get("exact", True)
     if not isinstance(exact, bool):
         raise ConfigError(f"[dedup].exact = {exact!r}: must be true or false")
@@ -200,8 +212,10 @@ def from_dict(data: dict[str, Any]) -> Config:
                                   "[ingest].chunk_size"),
             max_attempts=_int("ingest", "max_attempts",
                               ing.get("max_attempts", defaults.max_attempts), 1),
-            retry_backoff=float(backoff),
+            retry_backoff=backoff,
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
+            heartbeat_timeout=heartbeat,
+            chunk_timeout=chunk_timeout,
         ),
         dedup=DedupConfig(exact=exact),
         near_dedup=_near_from_dict(data.get("near_dedup", {})),
@@ -231,7 +245,9 @@ def to_toml(cfg: Config) -> str:
         f"chunk_size = {i.chunk_size}\n"
         f"max_attempts = {i.max_attempts}\n"
         f"retry_backoff = {i.retry_backoff}\n"
-        f"workers = {i.workers}\n\n"
+        f"workers = {i.workers}\n"
+        f"heartbeat_timeout = {i.heartbeat_timeout}\n"
+        f"chunk_timeout = {i.chunk_timeout}\n\n"
         "[dedup]\n"
         f"exact = {'true' if d.exact else 'false'}\n"
     ) + _near_to_toml(cfg.near_dedup) + _filters_to_toml(cfg.filters, cfg.gates)

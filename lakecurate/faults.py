@@ -1,7 +1,9 @@
 """Fault injection for the crash tests: kill or raise at a named point.
 
 ``LAKECURATE_FAULT`` holds comma-separated rules ``point:action[:match]``; ``action`` is ``kill``
-(SIGKILL the whole process group, like a power cut or the OOM killer taking the job), ``raise``,
+(SIGKILL the whole process group, like a power cut), ``oom`` (SIGKILL this process only, as the
+OOM killer takes one worker), ``hang`` (SIGSTOP this process: frozen, no heartbeat), ``stall``
+(sleep a minute: alive, beating, far too slow), ``raise``,
 ``enospc`` (raise ``OSError(ENOSPC)``, what a write to a full disk raises), or ``sleep`` (one
 second: slows a run down so a test can watch it from outside); ``match`` restricts the rule to
 keys containing that text. Unset, every call is a dictionary lookup and nothing else.
@@ -42,6 +44,12 @@ def hit(point: str, key: str = "") -> None:
                 os.killpg(os.getpgid(0), signal.SIGKILL)
             finally:
                 os.kill(os.getpid(), signal.SIGKILL)
+        if parts[1] == "oom":  # this process only, as the OOM killer picks one
+            os.kill(os.getpid(), signal.SIGKILL)
+        if parts[1] == "hang":  # frozen: no progress, no heartbeat, until someone kills it
+            os.kill(os.getpid(), signal.SIGSTOP)
+        if parts[1] == "stall":  # alive and beating, but far too slow
+            time.sleep(60.0)
         if parts[1] == "sleep":
             time.sleep(1.0)
         if parts[1] == "raise":

@@ -33,7 +33,8 @@ from lakecurate.state import SNAPSHOT_NAME, StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 from lakecurate.worker import minhash_config, read_staged_result, staged_name
 
-HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
+POLL_SECONDS = 1.0  # how often the driver looks at worker beats
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
 
 
@@ -229,6 +230,7 @@ class _Scheduler:
         inflight: dict[Future[ChunkResult], str] = {}
         retry_at: dict[str, float] = {}
         dead: set[str] = set()
+        killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
         frontier = 0
         last_beat = time.monotonic()
         try:
@@ -263,33 +265,62 @@ class _Scheduler:
                         break
                 if frontier >= len(commit_order) or not (inflight or retry_at or queue):
                     break
-                timeout = HEARTBEAT_SECONDS
+                timeout = POLL_SECONDS
                 if retry_at:
                     timeout = max(0.0, min(timeout, min(retry_at.values()) - time.monotonic()))
                 done, _ = (wait(list(inflight), timeout=timeout, return_when=FIRST_COMPLETED)
                            if inflight else (set(), set()))
                 if not inflight and retry_at:
                     time.sleep(timeout)
-                broken = False
+                self.executor.collect_beats(set(inflight.values()))
+                broken = any(isinstance(f.exception(), BrokenProcessPool) for f in done)
+                crashed: dict[int, int] = {}
+                if broken:  # every future of the pool fails: take them all, then say who died
+                    crashed = self.executor.crashed()
+                    done = done | wait(list(inflight), timeout=30).done
                 for fut in done:
                     key = inflight.pop(fut)
+                    pid = self.executor.pid_of(key)
+                    self.executor.done(key)
                     try:
                         results[key] = fut.result()
                     except BrokenProcessPool as exc:
-                        broken = True
-                        self._failed(by_key[key], exc, attempts, retry_at, dead,
-                                     "a worker process died (killed, or out of memory?)")
+                        if key in killed:
+                            why = killed.pop(key)
+                        elif pid in crashed:
+                            why = (f"its worker (pid {pid}) died of signal {-crashed[pid]} "
+                                   "(killed, or out of memory?)")
+                        elif killed or crashed:  # an innocent bystander of another's death
+                            attempts[key] -= 1
+                            queue.appendleft(by_key[key])
+                            continue
+                        else:
+                            why = "a worker process died (killed, or out of memory?)"
+                        self._failed(by_key[key], exc, attempts, retry_at, dead, why)
                     except Exception as exc:
                         self._failed(by_key[key], exc, attempts, retry_at, dead)
                 if broken:
                     self.executor.reset()
+                    killed.clear()
+                self._watch(inflight, killed)
                 if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
-                    self.state.heartbeat(list(inflight.values()))
+                    self.state.heartbeat([k for k in inflight.values()
+                                          if k in self.executor.running])
                     last_beat = time.monotonic()
         finally:
             self.executor.close()
         self.report.dead = sorted(set(self.report.dead) | {
             (k, e) for k, e in self.state.dead_in(list(dead))})
+
+    def _watch(self, inflight: dict[Future[ChunkResult], str], killed: dict[str, str]) -> None:
+        """Kill the worker of every chunk that stopped beating or ran out of time."""
+        keys = set(inflight.values())
+        self.executor.collect_beats(keys)
+        ing = self.cfg.ingest
+        for key, why in self.executor.hung(sorted(keys - set(killed)), ing.heartbeat_timeout,
+                                           ing.chunk_timeout).items():
+            self.executor.kill(key)
+            killed[key] = why
 
     def _commit(self, spec: ChunkSpec, result: ChunkResult) -> None:
         outcome = self.committer.commit(spec, result)
