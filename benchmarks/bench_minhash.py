@@ -8,7 +8,9 @@ Writes benchmarks/results/bench_minhash.json (``--out`` to change) and prints it
 
 Every tool runs in its own child process (peak RSS is that child's ``ru_maxrss``), takes the
 documents in file order and applies the same rule: a document joins the smallest cluster among the
-earlier documents its LSH finds (first seen wins). Rows:
+earlier documents its LSH finds (first seen wins); with ``--link kept`` lakecurate alone uses its
+stricter rule instead (join only a cluster whose kept document is itself near, see
+docs/near-dedup.md). ``--num-perm`` applies to every tool. Rows:
 
 - ``lakecurate``: signatures with ``lsh.chunk_signatures`` (numpy, one thread), then
   ``NearDedupIndex.match_chunk``/``add_chunk`` over 8 chunks in DuckDB (threads=1), verified.
@@ -119,7 +121,7 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
     sig, bands = lsh.chunk_signatures(texts, cfg)
     t_sig = time.perf_counter() - t0
     con = engine.connect(threads=1)
-    idx = lsh.NearDedupIndex(con, cfg)
+    idx = lsh.NearDedupIndex(con, cfg, link=args.link)
     idx.create_schema()
     t1 = time.perf_counter()
     parts = np.array_split(np.arange(len(texts)), CHUNKS)
@@ -142,7 +144,7 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
             labels.append(int(starts[ordinal]) + row)
     out: dict[str, Any] = {"seconds_signatures": t_sig, "seconds_lsh": t_lsh,
                            "seconds_total": t_sig + t_lsh, "labels": labels,
-                           "config": cfg.describe()}
+                           "config": {**cfg.describe(), "link": args.link}}
     if args.udf:
         out.update(udf_timings(texts, cfg))
     con.close()
@@ -262,7 +264,8 @@ def run_child(tool: str, args: argparse.Namespace, udf: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
         cmd = [sys.executable, __file__, "--_child", tool, str(out), "--threshold",
-               str(args.threshold), "--num-perm", str(args.num_perm), "--data", str(args.data)]
+               str(args.threshold), "--num-perm", str(args.num_perm), "--data", str(args.data),
+               "--link", getattr(args, "link", "any")]
         if args.limit:
             cmd += ["--limit", str(args.limit)]
         if udf:
@@ -329,27 +332,61 @@ def score_decisions(ids: list[str], texts: list[str], labels: list[int | None],
             "f1": round(2 * p * r / (p + r) if p + r else 0.0, 4), "should_drop": len(should)}
 
 
-def oracle(gold: dict[tuple[str, str], float], threshold: float) -> dict[str, float]:
-    """Cluster pairs of a perfect clustering (exact J >= threshold edges), scored like the tool."""
-    parent: dict[str, str] = {}
+def oracle(ids: list[str], gold: dict[tuple[str, str], float],
+           threshold: float) -> dict[str, dict[str, float]]:
+    """The pair score (``clusters_j``) of three clusterings made from the EXACT Jaccard of the
+    ground truth (no estimation error, the data set's own shingles), documents in file order:
 
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
+    - ``components``: connected components of the true J >= threshold pairs (transitive closure):
+      recall 1 by construction, precision lost to pairs of variants that are each near the origin
+      but not near each other;
+    - ``star_first_kept``: a document joins the earliest kept document it is near (what dedup with
+      link = "kept" does, with exact Jaccard): clusters are stars around their kept document;
+    - ``clique_first_fit``: a document joins the earliest cluster it is near to EVERY member of
+      (complete linkage): precision 1 by construction, recall lost where a variant is not near all.
+    """
+    pos = {d: i for i, d in enumerate(ids)}
+    true = {k for k, j in gold.items() if j >= threshold and k[0] in pos and k[1] in pos}
+    near: dict[int, set[int]] = defaultdict(set)
+    for a, b in true:
+        i, k = sorted((pos[a], pos[b]))
+        near[k].add(i)
+
+    def scored(label: list[int]) -> dict[str, float]:
+        members = defaultdict(list)
+        for i, lab in enumerate(label):
+            members[lab].append(ids[i])
+        pred = {p for m in members.values() if len(m) > 1
+                for p in itertools.combinations(sorted(m), 2)}
+        tp = len(pred & true)
+        p, r = tp / len(pred), tp / len(true)
+        return {"precision": round(p, 4), "recall": round(r, 4),
+                "f1": round(2 * p * r / (p + r), 4), "pred_pairs": len(pred)}
+
+    parent = list(range(len(ids)))
+
+    def find(x: int) -> int:
         while parent[x] != x:
             parent[x] = parent[parent[x]]
             x = parent[x]
         return x
 
-    for (a, b), j in gold.items():
-        if j >= threshold:
-            parent[find(a)] = find(b)
-    members = defaultdict(list)
-    for x in list(parent):
-        members[find(x)].append(x)
-    pred = {p for m in members.values() for p in itertools.combinations(sorted(m), 2)}
-    true = {k for k, j in gold.items() if j >= threshold}
-    tp = len(pred & true)
-    return {"precision": round(tp / len(pred), 4), "recall": round(tp / len(true), 4)}
+    for k, earlier in near.items():
+        for i in earlier:
+            parent[find(k)] = find(i)
+    components = [find(i) for i in range(len(ids))]
+    star = list(range(len(ids)))
+    clique = list(range(len(ids)))
+    members: dict[int, list[int]] = defaultdict(list)
+    for d in range(len(ids)):
+        star[d] = min([d, *(star[e] for e in near[d] if star[e] == e)])
+        for c in sorted({clique[e] for e in near[d]}):
+            if all(m in near[d] for m in members[c]):
+                clique[d] = c
+                break
+        members[clique[d]].append(d)
+    return {"components": scored(components), "star_first_kept": scored(star),
+            "clique_first_fit": scored(clique)}
 
 
 def main() -> None:
@@ -361,6 +398,11 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--limit", type=int, default=None, help="only the first N documents")
     ap.add_argument("--tools", default="lakecurate,datasketch,rensa")
+    ap.add_argument("--link", choices=["any", "kept"], default="any",
+                    help="lakecurate's clustering rule (NearDedupIndex link): 'any' joins the "
+                         "smallest cluster among earlier neighbours (chains), 'kept' only a "
+                         "cluster whose kept document is itself near")
+    ap.add_argument("--no-udf", action="store_true", help="skip the DuckDB UDF timings")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--udf", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
@@ -381,7 +423,8 @@ def main() -> None:
             if tool in failed:
                 continue
             try:
-                runs[tool].append(run_child(tool, args, udf=(tool == "lakecurate")))
+                runs[tool].append(run_child(tool, args,
+                                            udf=(tool == "lakecurate" and not args.no_udf)))
             except SystemExit as exc:
                 print(f"bench_minhash: {exc} (is it installed?)", file=sys.stderr)
                 failed.add(tool)
@@ -422,11 +465,11 @@ def main() -> None:
                     row["seconds_total"] / base["seconds_total"], 2)
     report = {
         "benchmark": "bench_minhash", "docs": len(texts), "repeat": args.repeat,
-        "threshold": args.threshold, "num_perm": args.num_perm, "threads": 1,
+        "threshold": args.threshold, "num_perm": args.num_perm, "link": args.link, "threads": 1,
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "platform": platform.platform()},
         "command": " ".join(["benchmarks/bench_minhash.py", *sys.argv[1:]]),
-        "oracle_clusters": oracle(gold, args.threshold),
+        "oracle_clusters": oracle(ids, gold, args.threshold),
         "tools": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
