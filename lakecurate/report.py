@@ -1,9 +1,11 @@
 """``report --html FILE``: one self-contained page about one version of the lake.
 
-A person should rather look at this than read tables: the filter funnel, document lengths
-before and after curation, languages, duplicate group sizes, chunk throughput over time, and
-failures. Everything is inline (CSS and SVG, no script, no font, no network), so the file can
-be mailed, archived next to a training run, or opened in a browser with no access to anything.
+A person should rather look at this than read tables: the filter funnel (rows in and out of
+every step), drop reasons with the rules that failed and their measured values, PII redactions
+per type, chunks outside a quality gate, document lengths before and after curation,
+languages, duplicate group sizes, chunk throughput over time, and failures. Everything is
+inline (CSS and SVG, no script, no font, no network), so the file can be mailed, archived next
+to a training run, or opened in a browser with no access to anything.
 Numbers come from the same SQL surface as ``lakecurate sql`` (``sql/report/``), commit times
 from the Delta log.
 """
@@ -159,6 +161,23 @@ def _funnel(total: int, steps: Sequence[tuple[str, int]]) -> str:
     return "".join(parts)
 
 
+def _funnel_rows(total: int, steps: Sequence[tuple[str, int]]) -> list[tuple[str, ...]]:
+    """(step, docs in, docs out, dropped, share of the step's input) in pipeline order."""
+    out, left = [], total
+    for step, n in steps:
+        share = f"{n / left:.2%}" if left else "-"
+        out.append((step, f"{left:,}", f"{left - n:,}", f"{n:,}", share))
+        left -= n
+    return out
+
+
+def _measured(lo: float | None, hi: float | None, words: Sequence[str] | None) -> str:
+    """The measured values of one rule: a numeric range, or a few of the values."""
+    if lo is not None and hi is not None:
+        return _num(lo) if lo == hi else f"{lo:g} .. {hi:g}"
+    return ", ".join(str(w) for w in words or []) or "-"
+
+
 def _throughput(entries: Sequence[dict[str, Any]]) -> tuple[str, str]:
     """Cumulative documents committed over time, and a sentence on the rate."""
     appends = [e for e in entries if e["operation"] == "APPEND"]
@@ -192,6 +211,7 @@ def render(state: Path, documents: Path, version: int | None) -> str:
         lengths = [(b, *found.get(b, (0, 0))) for b in range(min(found, default=0),
                                                              max(found, default=-1) + 1)]
         failures, (failed_attempts, went_dead) = run("failures"), run("failure_events")[0]
+        reasons, redactions, flagged = run("reasons"), run("redactions"), run("flagged")
     finally:
         con.close()
     delta = DeltaStore(documents)
@@ -204,14 +224,38 @@ def render(state: Path, documents: Path, version: int | None) -> str:
     by_kind = {k: [float(next((g for kk, s, g in clusters if kk == k and s == z), 0))
                    for z in sizes] for k in ("exact", "near") if any(c[0] == k for c in clusters)}
     lang_items = [(str(lg), float(k), f"{k:,} kept of {n:,}") for lg, k, n in langs]
+    n_flagged = int(flagged[0][2]) if flagged else 0
+    n_redacted = sum(int(m) for _, m, _, _ in redactions)
     cards = [("documents in", rows), ("kept", kept), ("dropped", dropped),
              ("malformed", malformed), ("chunks", chunks), ("source files", sources),
-             ("kept characters", chars)]
+             ("kept characters", chars), ("PII matches redacted", n_redacted),
+             ("flagged chunks", n_flagged)]
     fail_html = (_table(["chunk", "status", "attempts", "last error"], failures) if failures
                  else '<p class="ok">no failed or dead chunks</p>')
+    funnel_html = _funnel(int(rows), funnel) + (_table(
+        ["step", "docs in", "docs out", "dropped", "% of step input"],
+        _funnel_rows(int(rows), funnel)) if rows else "")
+    reason_html = (_table(["reason", "rule", "documents", "measured value(s)"],
+                          [(r, rule or "-", f"{n:,}", _measured(lo, hi, w))
+                           for r, rule, n, lo, hi, w in reasons]) if reasons
+                   else '<p class="ok">no document dropped</p>')
+    pii_html = (_table(["type", "matches redacted", "chunks with a match", "documents dropped"],
+                       [(k, f"{m:,}", f"{c:,}", f"{d:,}") for k, m, c, d in redactions])
+                if redactions else '<p class="note">PII redaction is not configured</p>')
+    gate_html = (_table(["chunk", "gate violations"], [(k, v) for k, v, _ in flagged])
+                 if flagged else '<p class="ok">no chunk outside its quality gate</p>')
     sections = [
-        ("Filter funnel", _funnel(int(rows), funnel),
+        ("Filter funnel", funnel_html,
          f"{kept:,} of {rows:,} documents kept ({kept / rows:.1%})." if rows else ""),
+        ("Drop reasons", reason_html,
+         "Every dropped row by its reason and the first rule that failed (from detail), with "
+         "the range of the values measured."),
+        ("PII redaction", pii_html,
+         "Matches replaced in the documents kept (tag or hash), and documents a drop "
+         "strategy dropped, per type."),
+        ("Quality gates", gate_html,
+         f"{n_flagged:,} chunk(s) of this version outside a [gates] bound"
+         + (" (first 50 shown)." if n_flagged > len(flagged) else ".")),
         ("Document length, before and after",
          vbars([f"{2 ** int(b):,}" for b, _, _ in lengths],
                {"before": [float(x) for _, x, _ in lengths],

@@ -10,17 +10,65 @@ SELECT count(*) AS rows, count(*) FILTER (WHERE kept) AS kept,
 FROM documents;
 
 -- name: funnel
--- Rows dropped per pipeline step, in pipeline order (the state's step numbers); a malformed
--- record is dropped by `parse`; reasons with no step of their own come last.
+-- Every pipeline step with the rows of this version it dropped, in pipeline order (the state's
+-- step numbers, steps that dropped nothing included); a malformed record is dropped by `parse`,
+-- a document a PII type dropped (`filter:pii`, detail `pii.<type>=n`) by `pii:<type>`; reasons
+-- with no step of their own come last.
 WITH steps AS (SELECT step, min(step_no) AS step_no FROM filter_stats GROUP BY step),
 dropped AS (
-    SELECT CASE WHEN reason LIKE 'malformed:%' THEN 'parse' ELSE coalesce(reason, '?') END
-               AS step,
+    SELECT CASE WHEN reason LIKE 'malformed:%' THEN 'parse'
+                WHEN reason = 'filter:pii' AND detail LIKE 'pii.%=%'
+                    THEN 'pii:' || split_part(split_part(detail, '=', 1), '.', 2)
+                ELSE coalesce(reason, '?') END AS step,
            count(*) AS n
     FROM documents WHERE NOT kept GROUP BY ALL
 )
-SELECT d.step, d.n FROM dropped AS d LEFT JOIN steps AS s USING (step)
-ORDER BY coalesce(s.step_no, 1000000), d.step;
+SELECT step, coalesce(d.n, 0) AS n
+FROM steps AS s FULL OUTER JOIN dropped AS d USING (step)
+ORDER BY coalesce(s.step_no, 1000000), step;
+
+-- name: reasons
+-- Dropped rows by reason and by the rule that failed (the name before '=' in `detail`), with
+-- the range of the measured values (numeric ones) or a few of them (the others).
+WITH r AS (
+    SELECT reason, CASE WHEN detail LIKE '%=%' THEN split_part(detail, '=', 1) END AS rule,
+           CASE WHEN detail LIKE '%=%' THEN substr(detail, strpos(detail, '=') + 1) END AS value
+    FROM documents WHERE NOT kept
+)
+SELECT reason, rule, count(*) AS docs, min(TRY_CAST(value AS DOUBLE)) AS lo,
+       max(TRY_CAST(value AS DOUBLE)) AS hi,
+       list_sort(list_distinct(list(value) FILTER (WHERE TRY_CAST(value AS DOUBLE) IS NULL
+                                                   AND value IS NOT NULL)))[1:5] AS words
+FROM r GROUP BY ALL ORDER BY docs DESC, reason, rule NULLS FIRST LIMIT 60;
+
+-- name: redactions
+-- PII matches replaced per type in the chunks of this version (`chunks.redactions`, counted by
+-- the worker over the documents it kept), and the documents a `drop` strategy dropped.
+WITH c AS (
+    SELECT chunk_key, redactions FROM chunks
+    WHERE redactions IS NOT NULL AND chunk_key IN (SELECT DISTINCT chunk_key FROM documents)
+),
+per AS (
+    SELECT kind, TRY_CAST(json_extract_string(redactions, kind) AS BIGINT) AS n
+    FROM (SELECT unnest(json_keys(redactions)) AS kind, redactions FROM c)
+),
+matched AS (
+    SELECT kind, coalesce(sum(n), 0) AS matches, count(*) FILTER (WHERE n > 0) AS chunks
+    FROM per GROUP BY kind
+),
+dropped AS (
+    SELECT split_part(split_part(detail, '=', 1), '.', 2) AS kind, count(*) AS docs
+    FROM documents WHERE reason = 'filter:pii' AND detail LIKE 'pii.%=%' GROUP BY kind
+)
+SELECT kind, coalesce(m.matches, 0) AS matches, coalesce(m.chunks, 0) AS chunks,
+       coalesce(d.docs, 0) AS dropped
+FROM matched AS m FULL OUTER JOIN dropped AS d USING (kind) ORDER BY kind;
+
+-- name: flagged
+-- Chunks of this version outside a quality gate (a step's drop rate out of its bounds).
+SELECT chunk_key, gate_violations, count(*) OVER () AS total FROM chunks
+WHERE gate_violations IS NOT NULL AND chunk_key IN (SELECT DISTINCT chunk_key FROM documents)
+ORDER BY chunk_key LIMIT 50;
 
 -- name: lengths
 -- Documents by length in characters, in powers of two: every parsed document, and the kept.

@@ -17,7 +17,15 @@ SELECT chunk_key, status, attempts, last_error FROM chunks
 WHERE status IN ('FAILED', 'DEAD') ORDER BY finished_at DESC NULLS LAST, chunk_key LIMIT 20;
 
 -- name: funnel
-SELECT f.step, sum(f.docs_in) AS docs_in, sum(f.docs_dropped) AS docs_dropped
+-- Documents into and out of every step over the lake's SUCCESS chunks, in pipeline order. A
+-- dropped row's `reason` is the step's name (`parse` writes `malformed:<kind>`, a `pii:<type>`
+-- step that drops writes `filter:pii`); `redacted` is the number of PII matches a `pii:<type>`
+-- step replaced in the documents it kept (NULL for the other steps).
+SELECT f.step, sum(f.docs_in) AS docs_in, sum(f.docs_dropped) AS docs_dropped,
+       sum(f.docs_in) - sum(f.docs_dropped) AS docs_out,
+       round(100 * sum(f.docs_dropped) / nullif(sum(f.docs_in), 0), 2) AS drop_pct,
+       CASE WHEN f.step LIKE 'pii:%' THEN coalesce(sum(TRY_CAST(json_extract_string(
+           c.redactions, split_part(f.step, ':', 2)) AS BIGINT)), 0) END AS redacted
 FROM filter_stats f JOIN chunks c USING (chunk_key)
 WHERE c.status = 'SUCCESS'
 GROUP BY f.step

@@ -1,9 +1,18 @@
 """`report --html`: one self-contained page (no script, nothing fetched) that a real headless
 browser (Debian's chromium) renders without errors into a non-trivial screenshot. Skips the
-browser part cleanly when chromium is not installed (`.ci/run` installs it)."""
+browser part cleanly when chromium is not installed (`.ci/run` installs it).
+
+On a lake built with every filter, PII redaction, language id and a quality gate, `status` and
+the report both show the funnel per step (rows in and out), the drop reasons with counts, the
+PII redactions per type and the flagged chunks, and they agree with the documents."""
 
 from __future__ import annotations
 
+import csv
+import html as htmllib
+import io
+import itertools
+import json
 import re
 import shutil
 import subprocess
@@ -27,14 +36,199 @@ def lake(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Lake:
     return lake
 
 
+FILTER_CONFIG = """\
+[ingest]
+chunk_size = "64KiB"
+retry_backoff = 0.05
+
+[dedup]
+exact = true
+
+[filters]
+steps = ["utf8", "length", "langid", "gopher_quality", "gopher_repetition", "c4", "fineweb",
+         "pii"]
+
+[filters.length]
+min_chars = 200
+
+[pii]
+email = "tag"
+ipv4 = "hash"
+ipv6 = "off"
+phone = "drop"
+
+[langid]
+keep = ["en"]
+
+[gates]
+strict = false
+
+[gates.gopher_quality]
+max_drop = 0.02
+"""
+PROSE = [
+    "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",
+    "By the second morning the old bridge was under water and the school had closed its doors.",
+    "Volunteers from the next town arrived with boats, blankets and bread for the families.",
+    "Nobody could remember a flood like it since the winter their grandparents had married.",
+    "When the water finally went down, the fields were covered with a thick layer of mud.",
+    "It took most of that summer to repair the roads, the fences and the little church roof.",
+]
+FRENCH = ("La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
+          "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
+          "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "
+          "bateaux, des couvertures et du pain pour les familles. Personne ne se souvenait d'une "
+          "telle crue depuis l'hiver où leurs grands-parents s'étaient mariés.")
+N_EMAIL, N_IPV4, N_PHONE, N_FRENCH = 12, 5, 4, 3
+
+
+@pytest.fixture(scope="module")
+def filtered(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Lake:
+    """The generated corpus plus documents with e-mails (tag), IPv4 addresses (hash), phone
+    numbers (drop) and French text (not kept), through every filter and a tight gate."""
+    root = tmp_path_factory.mktemp("report_filters")
+    extra = root / "extra"
+    extra.mkdir()
+
+    def doc(i: int, sentence: str) -> str:
+        return "\n".join([*PROSE[:3], f"Letter {i} of the flood year was sent {sentence}.",
+                          *PROSE[3:]])
+
+    docs = ([doc(i, f"to clerk{i}@example.org and to office{i}@example.com by the mayor")
+             for i in range(N_EMAIL)]
+            + [doc(100 + i, f"from the host at 10.0.{i}.7 on the town network")
+               for i in range(N_IPV4)]
+            + [doc(200 + i, f"to the office at (555) 123-45{i:02d} in the morning")
+               for i in range(N_PHONE)]
+            + [f"{FRENCH} Lettre numéro {i}." for i in range(N_FRENCH)])
+    (extra / "pii.jsonl").write_text("".join(json.dumps({"id": f"x{i}", "text": t}) + "\n"
+                                             for i, t in enumerate(docs)), encoding="utf-8")
+    (root / "lakecurate.toml").write_text(FILTER_CONFIG, encoding="utf-8")
+    lake = Lake.open(root / "lake")
+    assert lake.ingest([corpus, extra], config=root / "lakecurate.toml").ok
+    return lake
+
+
+def _section(page: str, title: str) -> list[list[str]]:
+    """The rows of the first table of a report section, as cell texts (header first)."""
+    part = page.split(f"<h2>{title}</h2>", 1)[1].split("</section>", 1)[0]
+    table = part.split("<table>", 1)[1].split("</table>", 1)[0] if "<table>" in part else ""
+    return [[htmllib.unescape(c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table)]
+
+
+def test_status_shows_the_funnel_redactions_and_flagged_chunks(filtered: Lake) -> None:
+    st = filtered.status()
+    funnel = [dict(zip(st.funnel.columns, r, strict=True)) for r in st.funnel.rows]
+    steps = [f["step"] for f in funnel]
+    assert steps[:12] == ["parse", "filter:utf8", "filter:length", "filter:langid",
+                          "filter:gopher_quality", "filter:gopher_repetition", "filter:c4",
+                          "filter:fineweb", "pii:email", "pii:ipv4", "pii:phone", "filter:empty"]
+    (rows_in, kept) = filtered.sql(
+        "SELECT count(*), count(*) FILTER (WHERE kept) FROM documents").rows[0]
+    assert funnel[0]["docs_in"] == rows_in and funnel[-1]["docs_out"] == kept
+    for before, after in itertools.pairwise(funnel):
+        assert before["docs_out"] == before["docs_in"] - before["docs_dropped"] == after["docs_in"]
+    by_step = {f["step"]: f for f in funnel}
+    # every drop reason of the documents is a step of the funnel, with the same count
+    reasons = dict(filtered.sql(
+        "SELECT CASE WHEN reason LIKE 'malformed:%' THEN 'parse' WHEN reason = 'filter:pii' "
+        "THEN 'pii:' || split_part(split_part(detail, '=', 1), '.', 2) ELSE reason END, count(*) "
+        "FROM rejects GROUP BY ALL").rows)
+    assert reasons == {s: f["docs_dropped"] for s, f in by_step.items() if f["docs_dropped"]}
+    assert by_step["pii:phone"]["docs_dropped"] == N_PHONE
+    assert by_step["filter:langid"]["docs_dropped"] >= N_FRENCH
+    assert by_step["filter:gopher_quality"]["drop_pct"] > 2
+    # PII matches replaced, per type, in the kept documents; NULL on the other steps
+    assert by_step["pii:email"]["redacted"] == 2 * N_EMAIL
+    assert by_step["pii:ipv4"]["redacted"] == N_IPV4
+    assert by_step["pii:phone"]["redacted"] == 0  # dropped, not replaced
+    assert by_step["filter:c4"]["redacted"] is None
+    (tagged,) = filtered.sql("SELECT count(*) FROM docs WHERE text LIKE '%<EMAIL> and to "
+                             "<EMAIL> by%'").rows[0]
+    assert tagged == N_EMAIL
+    # chunks outside the gopher_quality gate are flagged with the measured rate
+    flagged = dict(st.flagged.rows)
+    assert flagged and all(v.startswith("gopher_quality: dropped ") and "allowed 0%..2%" in v
+                           for v in flagged.values())
+    assert set(flagged) == {k for (k,) in filtered.sql(
+        "SELECT chunk_key FROM chunks WHERE gate_violations IS NOT NULL").rows}
+
+
+def test_status_cli_prints_every_section(filtered: Lake, run_cli) -> None:  # type: ignore[no-untyped-def]
+    table = run_cli("status", "--lake", filtered.root)
+    assert table.returncode == 0, table.stderr
+    out = table.stdout
+    for section in ("== chunks", "== funnel", "== flagged", "== runs"):
+        assert section in out
+    head = out.split("== funnel", 1)[1].splitlines()[1].split()
+    assert head == ["step", "docs_in", "docs_dropped", "docs_out", "drop_pct", "redacted"]
+    email = next(ln for ln in out.splitlines() if ln.startswith("pii:email")).split()
+    assert email[-1] == str(2 * N_EMAIL)
+    flagged = out.split("== flagged", 1)[1].split("==", 1)[0]
+    assert "gopher_quality: dropped" in flagged
+    proc = run_cli("status", "--lake", filtered.root, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    header: list[str] = []
+    funnel = []
+    for r in csv.reader(io.StringIO(proc.stdout, newline="")):
+        if r[0] == "section":
+            header = r
+        elif r[0] == "funnel":
+            funnel.append(dict(zip(header, r, strict=True)))
+    ipv4 = next(f for f in funnel if f["step"] == "pii:ipv4")
+    assert ipv4["redacted"] == str(N_IPV4) and int(ipv4["docs_out"]) == int(ipv4["docs_in"])
+
+
+def test_report_shows_funnel_reasons_redactions_and_gates(filtered: Lake,
+                                                          tmp_path: Path) -> None:
+    page = filtered.report(tmp_path / "report.html").read_text(encoding="utf-8")
+    for section in ("Filter funnel", "Drop reasons", "PII redaction", "Quality gates"):
+        assert f"<h2>{section}</h2>" in page
+    st = filtered.status()
+    status_funnel = [(s, i, i - d) for s, i, d, *_ in st.funnel.rows]
+    # the report's funnel (from the documents of the version) is the state's funnel
+    rows = _section(page, "Filter funnel")
+    assert rows[0] == ["step", "docs in", "docs out", "dropped", "% of step input"]
+    assert [(s, int(i.replace(",", "")), int(o.replace(",", ""))) for s, i, o, _, _ in rows[1:]] \
+        == status_funnel
+    # drop reasons by rule, with counts and measured values, adding up to the dropped rows
+    reasons = _section(page, "Drop reasons")[1:]
+    (dropped,) = filtered.sql("SELECT count(*) FROM rejects").rows[0]
+    assert sum(int(n.replace(",", "")) for _, _, n, _ in reasons) == dropped
+    rules = {(r, rule): (int(n.replace(",", "")), v) for r, rule, n, v in reasons}
+    assert rules[("filter:pii", "pii.phone")][0] == N_PHONE
+    assert "fr" in rules[("filter:langid", "langid.lang")][1].split(", ")
+    by_rule = dict(filtered.sql(
+        "SELECT split_part(detail, '=', 1), count(*) FROM rejects "
+        "WHERE reason = 'filter:gopher_quality' GROUP BY ALL").rows)
+    assert {rule: n for (r, rule), (n, _) in rules.items()
+            if r == "filter:gopher_quality"} == by_rule
+    # PII per type: matches replaced in kept documents, chunks, documents dropped
+    pii = {k: (m, c, d) for k, m, c, d in _section(page, "PII redaction")[1:]}
+    assert pii["email"] == (str(2 * N_EMAIL), "1", "0")
+    assert pii["ipv4"] == (str(N_IPV4), "1", "0")
+    assert pii["phone"] == ("0", "0", str(N_PHONE))
+    assert "ipv6" not in pii  # off
+    assert f"<b>{2 * N_EMAIL + N_IPV4}</b><span>PII matches redacted</span>" in page
+    # the flagged chunks with their violations
+    gates = _section(page, "Quality gates")[1:]
+    assert {k for k, _ in gates} == {k for k, _ in st.flagged.rows}
+    assert all(v.startswith("gopher_quality: dropped") for _, v in gates)
+    assert f"<b>{len(gates)}</b><span>flagged chunks</span>" in page
+
+
 def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Path) -> None:
     latest = lake.report(tmp_path / "latest.html")
     first = lake.report(tmp_path / "first.html", version=0)
     page = latest.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 5
-    for section in ("Filter funnel", "Document length, before and after", "Languages",
+    for section in ("Filter funnel", "Drop reasons", "PII redaction", "Quality gates",
+                    "Document length, before and after", "Languages",
                     "Duplicate groups by size", "Chunk throughput over time", "Failures"):
         assert section in page
+    assert "PII redaction is not configured" in page  # no [filters]: nothing redacted
+    assert "no chunk outside its quality gate" in page
     # nothing outside the file: no script, no external reference of any kind
     assert "<script" not in page.lower()
     assert not re.search(r"""(src|href)\s*=|url\(|@import|https?://(?!www\.w3\.org)""", page)

@@ -45,6 +45,21 @@ def test_utf8_replacement_and_control_characters(con: duckdb.DuckDBPyConnection)
     assert one(con, "utf8_filter($t)", t="tabs\tand\nnewlines") is None
 
 
+@pytest.mark.parametrize("text", ["", "one", "   ", CJK, LONG_LINE, "\u00e9t\u00e9 na\u00efve"])
+def test_utf8_edges_pass(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    assert one(con, "utf8_filter($t)", t=text) is None
+
+
+def test_utf8_ratio_thresholds(con: duckdb.DuckDBPyConnection) -> None:
+    # 1 replacement character in 1,000 is allowed (0.001), 2 are not; a very long line counts too
+    assert one(con, "utf8_filter($t)", t="\ufffd" + "x" * 999) is None
+    assert one(con, "utf8_filter($t)", t="\ufffd\ufffd" + "x" * 998) \
+        == "utf8.replacement_ratio=0.002"
+    assert one(con, "utf8_filter($t)", t=LONG_LINE + "\x00" * 300).startswith(
+        "utf8.control_ratio=")
+    assert one(con, "utf8_filter($t, max_replacement_ratio := 1.0)", t="\ufffd") is None
+
+
 def test_url_blocklist_matches_domains_and_subdomains(con: duckdb.DuckDBPyConnection) -> None:
     q = "url_blocklist_filter($u, domains := ['spam.com'])"
     assert one(con, q, u="https://www.spam.com/x") == "url_blocklist.host=spam.com"
@@ -52,6 +67,11 @@ def test_url_blocklist_matches_domains_and_subdomains(con: duckdb.DuckDBPyConnec
     assert one(con, q, u="https://notspam.com/") is None
     assert one(con, q, u=None) is None
     assert one(con, q, u="") is None
+    assert one(con, q, u="spam.com") is None  # one word, no scheme: not a URL
+    assert one(con, q, u="   ") is None
+    assert one(con, q, u="https://\u4f8b\u5b50.spam.com/" + "x" * 100_000) \
+        == "url_blocklist.host=\u4f8b\u5b50.spam.com"
+    assert one(con, "url_blocklist_filter($u)", u="https://spam.com/") is None  # empty list
 
 
 # -- Gopher quality ------------------------------------------------------------------------------
@@ -71,6 +91,7 @@ def test_url_blocklist_matches_domains_and_subdomains(con: duckdb.DuckDBPyConnec
     (("Quick brown foxes jump over lazy dogs in woods. " * 10).strip(),
      "gopher_quality.stop_words=0"),
     (LONG_LINE, "gopher_quality.stop_words=0"),
+    (" ".join(["the", "and", "word"] * 33_334), "gopher_quality.n_words=100002"),
 ])
 def test_gopher_quality_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
     assert one(con, "gopher_quality_filter($t)", t=text).startswith(prefix)
@@ -89,11 +110,12 @@ def test_gopher_quality_keeps_prose_and_takes_parameters(con: duckdb.DuckDBPyCon
 
 
 # -- Gopher repetition (the n-gram counts are set-based over a relation) -------------------------
-def repetition(con: duckdb.DuckDBPyConnection, text: str) -> str | None:
+def repetition(con: duckdb.DuckDBPyConnection, text: str, **kw: float) -> str | None:
     con.execute("CREATE OR REPLACE TEMP TABLE lc_input AS SELECT 1 AS doc, $t AS text",
                 {"t": text})
+    args = "".join(f", {k} := {v}" for k, v in kw.items())
     sql = (f"WITH ng AS ({engine.q('filters.gopher_repetition_ngrams')}) "
-           "SELECT gopher_repetition_filter(i.text, ng.ngram_chars) FROM lc_input i "
+           f"SELECT gopher_repetition_filter(i.text, ng.ngram_chars{args}) FROM lc_input i "
            "LEFT JOIN ng USING (doc)")
     return con.sql(sql).fetchall()[0][0]  # type: ignore[no-any-return]
 
@@ -110,6 +132,27 @@ def repetition(con: duckdb.DuckDBPyConnection, text: str) -> str | None:
 ])
 def test_gopher_repetition_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
     assert (repetition(con, text) or "").startswith(prefix)
+
+
+# Each remaining rule alone: the rules before it in the macro's order are switched off (1.0), so
+# the one under test is the first that fails.
+_OFF = 1.0
+_REP_ORDER = ["dup_para_frac", "dup_para_char_frac", "dup_line_frac", "dup_line_char_frac",
+              "top_2_gram_frac", "top_3_gram_frac", "top_4_gram_frac",
+              *[f"dup_{n}_gram_frac" for n in range(5, 11)]]
+_ONE_PARA = "same paragraph with a few more words in it"
+
+
+@pytest.mark.parametrize(("rule", "text"), [
+    ("dup_para_char_frac", "\n\n".join([_ONE_PARA, _ONE_PARA] + [f"p{i}" for i in range(6)])),
+    ("top_3_gram_frac", " ".join(["alpha beta gamma"] * 30 + [f"w{i}" for i in range(30)])),
+    ("top_4_gram_frac", " ".join(["alpha beta gamma delta"] * 30 + [f"w{i}" for i in range(30)])),
+    *[(f"dup_{n}_gram_frac", " ".join([f"w{i}" for i in range(40)] * 2)) for n in range(6, 11)],
+])
+def test_gopher_repetition_each_rule_alone(con: duckdb.DuckDBPyConnection, rule: str,
+                                           text: str) -> None:
+    before = {k: _OFF for k in _REP_ORDER[:_REP_ORDER.index(rule)]}
+    assert (repetition(con, text, **before) or "").startswith(f"gopher_repetition.{rule}=")
 
 
 @pytest.mark.parametrize("text", ["", "one", "   ", CJK[:40], GOOD.replace("friend.", "pal.", 1)])
@@ -173,6 +216,20 @@ def test_c4_page_rules(con: duckdb.DuckDBPyConnection, text: str, detail: str) -
     assert c4(con, text)["detail"] == detail
 
 
+def test_c4_very_long_line_is_one_sentence_unless_it_has_a_long_word(
+        con: duckdb.DuckDBPyConnection) -> None:
+    # one line of 50,000 words ending in a period: kept as a line, but it is one sentence
+    r = c4(con, LONG_LINE + ".")
+    assert r["detail"] == "c4.sentences=1"
+    assert c4(con, LONG_LINE + ".", min_num_sentences=1) == {"text": LONG_LINE + ".",
+                                                            "detail": None}
+    # a line with a word over max_word_length (1,000) is removed, the others stay
+    text = "\n".join(["This line is a fine sentence.", "A " + "x" * 1001 + " word here.",
+                      "Another fine line is here."])
+    assert c4(con, text, min_num_sentences=1)["text"] == ("This line is a fine sentence.\n"
+                                                          "Another fine line is here.")
+
+
 def test_c4_parameters(con: duckdb.DuckDBPyConnection) -> None:
     assert c4(con, "Only one good sentence here.", min_num_sentences=1)["detail"] is None
     assert c4(con, "a b.", min_words_per_line=2, min_num_sentences=1)["text"] == "a b."
@@ -188,7 +245,8 @@ def test_c4_parameters(con: duckdb.DuckDBPyConnection) -> None:
     ("\n".join([f"Supercalifragilisticexpialidocious number{i}." for i in range(20)]),
      "fineweb.list_ratio="),
     ("", "fineweb.line_punct_ratio=0.0"), ("one", "fineweb.line_punct_ratio=0.0"),
-    (CJK, "fineweb.line_punct_ratio=0.0"),
+    (CJK, "fineweb.line_punct_ratio=0.0"), ("   ", "fineweb.line_punct_ratio=0.0"),
+    (LONG_LINE, "fineweb.line_punct_ratio=0.0"),
 ])
 def test_fineweb_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
     assert one(con, "fineweb_filter($t)", t=text).startswith(prefix)
@@ -242,6 +300,24 @@ def test_pii_tag(con: duckdb.DuckDBPyConnection, macro: str, text: str, tagged: 
     assert one(con, f"{macro}($t)", t=text) == {"text": tagged, "n": n}
 
 
+@pytest.mark.parametrize("macro", ["pii_email", "pii_ipv4", "pii_ipv6", "pii_phone"])
+@pytest.mark.parametrize("text", ["", "one", "   ", CJK, LONG_LINE, "12345678901234 2024"])
+def test_pii_edges_match_nothing(con: duckdb.DuckDBPyConnection, macro: str, text: str) -> None:
+    for strategy in ("tag", "hash", "drop"):
+        assert one(con, f"{macro}($t, strategy := '{strategy}')", t=text) == {"text": text, "n": 0}
+
+
+@pytest.mark.parametrize(("macro", "value", "tag"), [
+    ("pii_email", "jane@example.org", "<EMAIL>"), ("pii_ipv4", "10.0.0.7", "<IPV4>"),
+    ("pii_ipv6", "2001:db8::1", "<IPV6>"), ("pii_phone", "+44 20 7946 0958", "<PHONE>"),
+])
+def test_pii_in_a_very_long_line_and_next_to_cjk(con: duckdb.DuckDBPyConnection, macro: str,
+                                                 value: str, tag: str) -> None:
+    assert one(con, f"{macro}($t)", t=f"{LONG_LINE} {value} {LONG_LINE}") \
+        == {"text": f"{LONG_LINE} {tag} {LONG_LINE}", "n": 1}
+    assert one(con, f"{macro}($t)", t=f"床前 {value} 明月") == {"text": f"床前 {tag} 明月", "n": 1}
+
+
 def test_pii_hash_is_stable_and_drop_leaves_text(con: duckdb.DuckDBPyConnection) -> None:
     r = one(con, "pii_email($t, strategy := 'hash')", t="a@b.com and a@b.com, c@d.com")
     first = r["text"].split(" ")[0]
@@ -261,3 +337,21 @@ def test_langid_udf_and_decision(con: duckdb.DuckDBPyConnection) -> None:
     assert one(con, "langid_filter('fr', 0.99)") == "langid.lang=fr"
     assert one(con, "langid_filter('en', 0.5)") == "langid.score=0.5"
     assert one(con, "langid_filter('fr', 0.99, keep := [])") is None
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\t"])
+def test_langid_blank_is_unknown_and_dropped(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    r = one(con, "lc_langid($t)", t=text)
+    assert r == {"lang": "un", "score": 0.0}
+    assert one(con, "langid_filter($l, $s)", l=r["lang"], s=r["score"]) == "langid.lang=un"
+
+
+def test_langid_edges(con: duckdb.DuckDBPyConnection) -> None:
+    assert one(con, "lc_langid(NULL::VARCHAR)") == {"lang": None, "score": None}
+    word = one(con, "lc_langid($t)", t="hello")  # one word: too little to be sure of anything
+    assert word["lang"] in {"en", "un"} and 0.0 <= word["score"] <= 1.0
+    long = one(con, "lc_langid($t)", t=(GOOD + " ") * 2_000)  # ~170,000 characters, one line
+    assert long["lang"] == "en" and long["score"] > 0.9
+    # the threshold is inclusive (datatrove keeps score >= min_score)
+    assert one(con, "langid_filter('en', 0.65)") is None
+    assert one(con, "langid_filter('en', 0.6499)") == "langid.score=0.6499"
