@@ -15,20 +15,19 @@ SELECT id, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGI
 FROM (SELECT id, md5_number(id) AS k FROM candidates);
 
 -- name: content_seen
--- Which of the maybe-keys (`maybe(content_hash, hi, lo)`) are kept somewhere, and as which doc.
-SELECT m.content_hash, h.doc_id FROM maybe m
-JOIN content_hashes h ON h.hash = (m.hi::UHUGEINT << 64) | m.lo::UHUGEINT;
+-- Which of the maybe-keys (`$hashes`, md5 hex) are kept somewhere, and as which doc. The keys
+-- come as a list parameter: a registered Arrow table costs more than this whole query.
+SELECT m.content_hash, h.doc_id
+FROM (SELECT unnest($hashes::VARCHAR[]) AS content_hash) m
+JOIN content_hashes h ON h.hash = ('0x' || m.content_hash)::UHUGEINT;
 
 -- name: ids_seen
-SELECT DISTINCT m.id FROM maybe m
-JOIN doc_ids h ON h.hash = (m.hi::UHUGEINT << 64) | m.lo::UHUGEINT;
+SELECT DISTINCT m.id
+FROM (SELECT unnest($ids::VARCHAR[]) AS id) m
+JOIN doc_ids h ON h.hash = md5_number(m.id);
 
--- name: add_content
-INSERT INTO content_hashes SELECT ('0x' || content_hash)::UHUGEINT, id, chunk_key, $seq
-FROM new_rows;
-
--- name: add_ids
-INSERT INTO doc_ids SELECT DISTINCT md5_number(id), chunk_key, $seq FROM new_rows;
+-- Index writes go through DuckDB appenders (lakecurate/index.py `add`), with the keys computed
+-- in numpy; they equal `('0x' || content_hash)::UHUGEINT` and `md5_number(id)` (tested).
 
 -- name: remove_content_of_chunks
 DELETE FROM content_hashes WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));

@@ -106,3 +106,40 @@ def test_keys_computed_in_numpy_equal_the_sql_definition() -> None:
         sql = con.sql(engine.q(statement)).fetchall()
         mine = MembershipIndex._keys(statement, column, pa.array(values))
         assert [tuple(r.values()) for r in mine.to_pylist()] == sql
+
+
+def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
+    """`add` writes through appenders with keys from numpy; they must equal what the SQL
+    definitions (and so `rebuild`) store, and roll back with the caller's transaction."""
+    state = StateStore.open(tmp_path / "state.duckdb")
+    index = MembershipIndex(state.con)
+    hexes = ["5d41402abc4b2a76b9719d911017c592", "0" * 32, "f" * 32, "0123456789ABCDEF" * 2]
+    ids = ["hello", "é", "", "x" * 500]
+    kept = pa.table({"content_hash": hexes, "id": ids, "chunk_key": ["c1"] * 4})
+    given = pa.table({"id": [*ids, "hello"], "chunk_key": ["c1"] * 5})  # an id twice: one row
+    with state.transaction():
+        index.add(kept, given, seq=3)
+    con = state.con
+    assert con.execute("SELECT count(*) FROM content_hashes h JOIN (SELECT unnest($h) AS x, "
+                       "unnest($i) AS i) v ON h.hash = ('0x' || v.x)::UHUGEINT AND h.doc_id = v.i "
+                       "WHERE h.chunk_key = 'c1' AND h.seq = 3",
+                       {"h": hexes, "i": ids}).fetchall() == [(4,)]
+    assert con.execute("SELECT count(*), count(DISTINCT hash) FROM doc_ids").fetchall() == [(4, 4)]
+    assert con.execute("SELECT count(*) FROM doc_ids h JOIN (SELECT unnest($i) AS i) v "
+                       "ON h.hash = md5_number(v.i) WHERE h.chunk_key = 'c1' AND h.seq = 3",
+                       {"i": ids}).fetchall() == [(4,)]
+    assert sorted(index.ids_seen(pa.array(ids))["id"].to_pylist()) == sorted(ids)
+    assert index.content_seen(pa.array([hexes[3]])).to_pylist() == [
+        {"content_hash": hexes[3], "doc_id": ids[3]}]
+    # a rolled-back chunk leaves no tier-2 rows behind, and the next write still works
+    with pytest.raises(RuntimeError), state.transaction():
+        index.add(pa.table({"content_hash": ["1" * 32], "id": ["r"], "chunk_key": ["c2"]}),
+                  pa.table({"id": ["r"], "chunk_key": ["c2"]}), seq=4)
+        raise RuntimeError("crash before SUCCESS")
+    assert con.execute("SELECT count(*) FROM content_hashes WHERE seq = 4").fetchall() == [(0,)]
+    with state.transaction():
+        index.add(pa.table({"content_hash": ["2" * 32], "id": ["s"], "chunk_key": ["c3"]}),
+                  pa.table({"id": ["s"], "chunk_key": ["c3"]}), seq=5)
+    assert con.execute("SELECT count(*) FROM content_hashes").fetchall() == [(5,)]
+    assert con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
+    state.close()
