@@ -250,9 +250,13 @@ class _Scheduler:
                     attempts[spec.chunk_key] = attempts.get(spec.chunk_key, 0) + 1
                     try:
                         future = self.executor.submit(spec, self.order)
-                    except BrokenProcessPool:  # broke since the last wait: start a fresh pool
-                        self.executor.reset()
-                        future = self.executor.submit(spec, self.order)
+                    except BrokenProcessPool:  # broke since the last wait
+                        attempts[spec.chunk_key] -= 1
+                        queue.appendleft(spec)
+                        if inflight:  # the wait below sees its futures fail and says who died
+                            break
+                        self.executor.reset()  # an idle worker died: nothing to account for
+                        continue
                     inflight[future] = spec.chunk_key
                 while frontier < len(commit_order):
                     key = commit_order[frontier]
@@ -273,7 +277,8 @@ class _Scheduler:
                 if not inflight and retry_at:
                     time.sleep(timeout)
                 self.executor.collect_beats(set(inflight.values()))
-                broken = any(isinstance(f.exception(), BrokenProcessPool) for f in done)
+                broken = any(not f.cancelled() and isinstance(f.exception(), BrokenProcessPool)
+                             for f in done)
                 crashed: dict[int, int] = {}
                 if broken:  # every future of the pool fails: take them all, then say who died
                     crashed = self.executor.crashed()
@@ -282,6 +287,10 @@ class _Scheduler:
                     key = inflight.pop(fut)
                     pid = self.executor.pid_of(key)
                     self.executor.done(key)
+                    if fut.cancelled():  # the pool was shut down under it: not its fault
+                        attempts[key] -= 1
+                        queue.appendleft(by_key[key])
+                        continue
                     try:
                         results[key] = fut.result()
                     except BrokenProcessPool as exc:
