@@ -3,9 +3,11 @@
 Checks: every data file the Delta log names exists and its Parquet footer reads; the chunks the
 state calls SUCCESS are exactly those the table holds, at the versions the log says; no commit
 intent is left open; the index covers exactly the kept documents; no temp or stale staged file is
-left. Repair re-derives the state from the Delta table (``rebuild.resync``), rebuilding
-``state.duckdb`` from scratch when it is missing or unreadable; missing data files cannot be
-repaired (restore an earlier version instead).
+left, no data file that no version names (an interrupted write's), and the Bloom cache files
+are intact and not ahead of the state. Repair re-derives the state from the Delta table
+(``rebuild.resync``), rebuilding ``state.duckdb`` from scratch when it is missing or unreadable,
+removes the leftovers and rewrites the Bloom cache; missing data files cannot be repaired
+(restore an earlier version instead).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pyarrow.parquet as pq
 
 from lakecurate import engine
 from lakecurate.errors import LakeError
+from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.rebuild import resync
@@ -60,6 +63,23 @@ def _temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if ".tmp_" in p.name or p.name.endswith(".toml.tmp")]
 
 
+def _stale_staged(root: Path, state: StateStore) -> list[Path]:
+    """Staged files of chunks already committed (those of pending chunks are resume material)."""
+    staging = root / "staging"
+    if not staging.is_dir():
+        return []
+    done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
+    return sorted(p for p in staging.iterdir()
+                  if ".tmp_" not in p.name and p.name.split(".", 1)[0] in done)
+
+
+def _check_bloom(root: Path, state: StateStore, report: VerifyReport) -> None:
+    """The Bloom files are a cache: damaged or ahead of the state is a problem (repair rewrites
+    them from DuckDB); behind the state is normal after a kill and topped up on open."""
+    index = MembershipIndex(state.con)
+    report.problems += [f"Bloom cache: {w}" for w in index.open_tier1(root / "index")]
+
+
 def _check_state(state: StateStore, delta: DeltaStore, report: VerifyReport) -> None:
     con = state.con
     success = dict(con.execute(engine.q("verify.success_chunks")).fetchall())
@@ -96,6 +116,9 @@ def verify(root: Path, *, repair: bool = False) -> VerifyReport:
         raise LakeError(f"no lake at {root}")
     with LakeLock.acquire(root / "lock", "verify"):
         _check_files(delta, report)
+        untracked = delta.untracked_files() if not report.unrepairable else []
+        report.problems += [f"orphan data file (no version names it): {p}" for p in untracked]
+        stale: list[Path] = []
         state: StateStore | None = None
         if not state_path.exists():
             report.problems.append(f"{state_path} is missing")
@@ -104,6 +127,9 @@ def verify(root: Path, *, repair: bool = False) -> VerifyReport:
                 state = StateStore.open(state_path)
                 if not report.unrepairable:  # the table cannot be scanned with files missing
                     _check_state(state, delta, report)
+                stale = _stale_staged(root, state)
+                report.problems += [f"staged file of a committed chunk: {p}" for p in stale]
+                _check_bloom(root, state, report)
             except Exception as exc:  # a corrupt file fails in many ways; all mean "rebuild"
                 if state is not None:
                     state.close()
@@ -131,10 +157,17 @@ def verify(root: Path, *, repair: bool = False) -> VerifyReport:
             report.repaired.append(
                 f"re-derived the state from the table: {out.chunks_in_table} chunk(s) SUCCESS, "
                 f"{len(out.requeued)} re-queued, {out.commits_added} commit(s) recorded")
-            for p in temps:
-                p.unlink(missing_ok=True)
-            if temps:
-                report.repaired.append(f"removed {len(temps)} temp file(s)")
+            for what, paths in (("temp", temps), ("orphan data", untracked),
+                                ("stale staged", stale)):
+                for p in paths:
+                    p.unlink(missing_ok=True)
+                if paths:
+                    report.repaired.append(f"removed {len(paths)} {what} file(s)")
+            # The Bloom cache, rewritten from the state as it now is.
+            index = MembershipIndex(state.con)
+            index.open_tier1(root / "index")
+            index.save_tier1(root / "index")
+            report.repaired.append("rewrote the Bloom cache from state.duckdb")
         if state is not None:
             state.close()
     return report

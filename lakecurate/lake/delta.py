@@ -154,6 +154,17 @@ class DeltaStore:
                 removed += 1
         return removed
 
+    def untracked_files(self) -> list[Path]:
+        """Data files no version in the log names (what a killed or failed write leaves):
+        a full vacuum's candidates minus the tombstones an ordinary one would take."""
+        dt = self.table()
+        if dt is None:
+            return self.data_files()
+        opts: dict[str, Any] = {"retention_hours": 0, "dry_run": True,
+                                "enforce_retention_duration": False}
+        untracked = set(dt.vacuum(full=True, **opts)) - set(dt.vacuum(full=False, **opts))
+        return sorted(self.path / rel for rel in untracked)
+
     def data_files(self) -> list[Path]:
         """Every Parquet file under the table folder, referenced or not."""
         if not self.path.exists():
