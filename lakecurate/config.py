@@ -496,7 +496,9 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)
+        # Not ASCII-escaped: JSON writes 😀 as a surrogate pair, which TOML rejects; TOML also
+        # forbids a raw DEL, which JSON leaves as is.
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007F")
     return "[" + ", ".join(_toml_value(x) for x in v) + "]"
 
 

@@ -73,3 +73,16 @@ def test_round_trip_and_hash_covers_parameters(tmp_path: Path) -> None:
     assert config.from_dict({k: v for k, v in data.items() if k != "gates"}).hash == cfg.hash
     strict = config.from_dict({**data, "gates": {**data["gates"], "strict": True}})
     assert strict.hash != cfg.hash
+
+
+def test_round_trip_keeps_characters_outside_the_bmp(tmp_path: Path) -> None:
+    """to_toml once wrote 😀 as a JSON surrogate pair, which TOML refuses to read back."""
+    block = tmp_path / "block.txt"
+    block.write_text("例え.jp\n😀.example\nx\x7fy.example\n", encoding="utf-8")
+    cfg = config.from_dict({"filters": {"steps": ["url_blocklist"],
+                                        "url_blocklist": {"file": str(block)}}})
+    text = config.to_toml(cfg)
+    assert "\\ud83d" not in text.lower()
+    again = config.from_dict(tomllib.loads(text))
+    assert again == cfg and again.hash == cfg.hash
+    assert "😀.example" in again.filters.steps[0].param("domains")
