@@ -389,6 +389,42 @@ def oracle(ids: list[str], gold: dict[tuple[str, str], float],
             "clique_first_fit": scored(clique)}
 
 
+def summarise(results: list[dict[str, Any]], ids: list[str], texts: list[str], gold: Any,
+              data: Path, threshold: float) -> dict[str, Any]:
+    """One tool's row: median timings, documents/s, peak RSS, and the quality of its labels."""
+    timing_keys = [k for k in results[0] if k.startswith("seconds_")]
+    row: dict[str, Any] = {k: round(statistics.median(r[k] for r in results), 3)
+                           for k in timing_keys}
+    row["peak_rss_mib"] = round(statistics.median(r["peak_rss_mib"] for r in results), 1)
+    row["docs_per_s_signatures"] = round(len(texts) / row["seconds_signatures"])
+    row["docs_per_s_total"] = round(len(texts) / row["seconds_total"])
+    for k in timing_keys:
+        if k.startswith("seconds_udf"):
+            row["docs_per_s_" + k.removeprefix("seconds_")] = round(len(texts) / row[k])
+    labels = results[0]["labels"]
+    row["quality"] = {
+        "clusters_all": score_clusters(ids, labels, data, None),
+        f"clusters_j{threshold}": score_clusters(ids, labels, data, threshold),
+        f"decisions_j{threshold}": score_decisions(ids, texts, labels, gold, threshold),
+    }
+    if "config" in results[0]:
+        row["config"] = results[0]["config"]
+    return row
+
+
+def add_speedups(rows: dict[str, Any]) -> None:
+    """How many times longer each other tool took than lakecurate (median timings)."""
+    base = rows.get("lakecurate")
+    if base is None:
+        return
+    for tool, row in rows.items():
+        if tool != "lakecurate":
+            row["lakecurate_speedup_signatures"] = round(
+                row["seconds_signatures"] / base["seconds_signatures"], 2)
+            row["lakecurate_speedup_total"] = round(
+                row["seconds_total"] / base["seconds_total"], 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -432,37 +468,13 @@ def main() -> None:
     for tool, results in runs.items():
         if not results:
             continue
-        timing_keys = [k for k in results[0] if k.startswith("seconds_")]
-        row: dict[str, Any] = {k: round(statistics.median(r[k] for r in results), 3)
-                               for k in timing_keys}
-        row["peak_rss_mib"] = round(statistics.median(r["peak_rss_mib"] for r in results), 1)
-        row["docs_per_s_signatures"] = round(len(texts) / row["seconds_signatures"])
-        row["docs_per_s_total"] = round(len(texts) / row["seconds_total"])
-        for k in timing_keys:
-            if k.startswith("seconds_udf"):
-                row["docs_per_s_" + k.removeprefix("seconds_")] = round(len(texts) / row[k])
+        row = summarise(results, ids, texts, gold, args.data, args.threshold)
         try:
             row["version"] = metadata.version(DISTS[tool]) if tool != "lakecurate" else "dev"
         except metadata.PackageNotFoundError:
             row["version"] = None
-        labels = results[0]["labels"]
-        row["quality"] = {
-            "clusters_all": score_clusters(ids, labels, args.data, None),
-            f"clusters_j{args.threshold}": score_clusters(ids, labels, args.data, args.threshold),
-            f"decisions_j{args.threshold}": score_decisions(ids, texts, labels, gold,
-                                                            args.threshold),
-        }
-        if "config" in results[0]:
-            row["config"] = results[0]["config"]
         rows[tool] = row
-    if "lakecurate" in rows:
-        base = rows["lakecurate"]
-        for tool, row in rows.items():
-            if tool != "lakecurate":
-                row["lakecurate_speedup_signatures"] = round(
-                    row["seconds_signatures"] / base["seconds_signatures"], 2)
-                row["lakecurate_speedup_total"] = round(
-                    row["seconds_total"] / base["seconds_total"], 2)
+    add_speedups(rows)
     report = {
         "benchmark": "bench_minhash", "docs": len(texts), "repeat": args.repeat,
         "threshold": args.threshold, "num_perm": args.num_perm, "link": args.link, "threads": 1,

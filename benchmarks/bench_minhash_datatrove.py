@@ -217,32 +217,19 @@ def main() -> None:
             runs[f"datatrove_{layout}"].append(run_datatrove(args, layout))
     rows: dict[str, Any] = {}
     for tool, results in runs.items():
-        keys = [k for k in results[0] if k.startswith("seconds_")]
-        row: dict[str, Any] = {k: round(statistics.median(r[k] for r in results), 3) for k in keys}
+        row = bm.summarise(results, ids, texts, gold, args.data, 0.8)
         row["seconds_total_runs"] = [round(r["seconds_total"], 3) for r in results]
-        row["peak_rss_mib"] = round(statistics.median(r["peak_rss_mib"] for r in results), 1)
-        row["docs_per_s_signatures"] = round(len(texts) / row["seconds_signatures"])
-        row["docs_per_s_total"] = round(len(texts) / row["seconds_total"])
-        labels = results[0]["labels"]
         if args.dump_labels:
             args.dump_labels.mkdir(parents=True, exist_ok=True)
-            (args.dump_labels / f"{tool}.json").write_text(json.dumps(labels), encoding="utf-8")
-        row["quality"] = {
-            "clusters_all": bm.score_clusters(ids, labels, args.data, None),
-            "clusters_j0.8": bm.score_clusters(ids, labels, args.data, 0.8),
-            "decisions_j0.8": bm.score_decisions(ids, texts, labels, gold, 0.8),
-        }
-        row["config"] = results[0]["config"]
+            (args.dump_labels / f"{tool}.json").write_text(json.dumps(results[0]["labels"]),
+                                                           encoding="utf-8")
         row["version"] = "dev" if tool == "lakecurate" else dt_version(args.dt_python)
         rows[tool] = row
+    bm.add_speedups(rows)
     if "lakecurate" in rows:
         base = rows["lakecurate"]
         for tool, row in rows.items():
             if tool != "lakecurate":
-                row["lakecurate_speedup_signatures"] = round(
-                    row["seconds_signatures"] / base["seconds_signatures"], 2)
-                row["lakecurate_speedup_total"] = round(
-                    row["seconds_total"] / base["seconds_total"], 2)
                 # the same ratio within each turn (both runs under the same load), and its median
                 turns = [d / lc for d, lc in zip(row["seconds_total_runs"],
                                                  base["seconds_total_runs"], strict=True)]

@@ -235,7 +235,16 @@ class Committer:
         """Remove temp files of interrupted writes and staged files already committed."""
         if not staging_dir.exists():
             return
-        done = {r[0] for r in self.state.con.execute(engine.q("state.success_keys")).fetchall()}
-        for path in staging_dir.iterdir():
-            if ".tmp_" in path.name or path.name.split(".", 1)[0] in done:
-                path.unlink(missing_ok=True)
+        temps = [p for p in staging_dir.iterdir() if ".tmp_" in p.name]
+        for path in temps + committed_staged_files(staging_dir, self.state):
+            path.unlink(missing_ok=True)
+
+
+def committed_staged_files(staging_dir: Path, state: StateStore) -> list[Path]:
+    """Staged files of chunks already committed: nothing needs them any more (those of
+    pending chunks are what a resumed run commits without redoing the work)."""
+    if not staging_dir.is_dir():
+        return []
+    done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
+    return sorted(p for p in staging_dir.iterdir()
+                  if ".tmp_" not in p.name and p.name.split(".", 1)[0] in done)

@@ -4,7 +4,7 @@ threads), started with ``spawn`` because deltalake panics in a forked child.
 Each worker process beats: while it works on a chunk, a daemon thread sends ``(chunk_key, pid)``
 to the driver every ``BEAT_SECONDS``. A stopped, frozen or GIL-starved process stops beating,
 and a chunk that runs past its time limit is hung whatever its beats say: the driver kills that
-process by pid (``kill_hung``); the pool breaks, and the runner retries the chunk.
+process by pid (``kill``); the pool breaks, and the runner retries the chunk.
 """
 
 from __future__ import annotations

@@ -139,10 +139,8 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
                 with contextlib.suppress(Exception):
                     state.close()
                 reporter.close()
-    except DiskFullError:
-        raise
     except Exception as exc:
-        if is_disk_full(exc):
+        if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise disk_full(exc, "writing the lake") from exc
         raise
 
@@ -232,6 +230,12 @@ class _Scheduler:
         dead: set[str] = set()
         killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
         frontier = 0
+
+        def requeue(key: str) -> None:
+            """Back to the queue without using up an attempt: not this chunk's fault."""
+            attempts[key] -= 1
+            queue.appendleft(by_key[key])
+
         last_beat = time.monotonic()
         try:
             while frontier < len(commit_order):
@@ -251,8 +255,7 @@ class _Scheduler:
                     try:
                         future = self.executor.submit(spec, self.order)
                     except BrokenProcessPool:  # broke since the last wait
-                        attempts[spec.chunk_key] -= 1
-                        queue.appendleft(spec)
+                        requeue(spec.chunk_key)
                         if inflight:  # the wait below sees its futures fail and says who died
                             break
                         self.executor.reset()  # an idle worker died: nothing to account for
@@ -287,9 +290,8 @@ class _Scheduler:
                     key = inflight.pop(fut)
                     pid = self.executor.pid_of(key)
                     self.executor.done(key)
-                    if fut.cancelled():  # the pool was shut down under it: not its fault
-                        attempts[key] -= 1
-                        queue.appendleft(by_key[key])
+                    if fut.cancelled():  # the pool was shut down under it
+                        requeue(key)
                         continue
                     try:
                         results[key] = fut.result()
@@ -300,8 +302,7 @@ class _Scheduler:
                             why = (f"its worker (pid {pid}) died of signal {-crashed[pid]} "
                                    "(killed, or out of memory?)")
                         elif killed or crashed:  # an innocent bystander of another's death
-                            attempts[key] -= 1
-                            queue.appendleft(by_key[key])
+                            requeue(key)
                             continue
                         else:
                             why = "a worker process died (killed, or out of memory?)"
@@ -323,8 +324,7 @@ class _Scheduler:
 
     def _watch(self, inflight: dict[Future[ChunkResult], str], killed: dict[str, str]) -> None:
         """Kill the worker of every chunk that stopped beating or ran out of time."""
-        keys = set(inflight.values())
-        self.executor.collect_beats(keys)
+        keys = set(inflight.values())  # beats were collected right after the wait
         ing = self.cfg.ingest
         for key, why in self.executor.hung(sorted(keys - set(killed)), ing.heartbeat_timeout,
                                            ing.chunk_timeout).items():

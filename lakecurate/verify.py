@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate import engine
+from lakecurate.commit import committed_staged_files
 from lakecurate.errors import LakeError
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
@@ -61,16 +62,6 @@ def _check_files(delta: DeltaStore, report: VerifyReport) -> None:
 
 def _temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if ".tmp_" in p.name or p.name.endswith(".toml.tmp")]
-
-
-def _stale_staged(root: Path, state: StateStore) -> list[Path]:
-    """Staged files of chunks already committed (those of pending chunks are resume material)."""
-    staging = root / "staging"
-    if not staging.is_dir():
-        return []
-    done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
-    return sorted(p for p in staging.iterdir()
-                  if ".tmp_" not in p.name and p.name.split(".", 1)[0] in done)
 
 
 def _check_bloom(root: Path, state: StateStore, report: VerifyReport) -> None:
@@ -127,7 +118,7 @@ def verify(root: Path, *, repair: bool = False) -> VerifyReport:
                 state = StateStore.open(state_path)
                 if not report.unrepairable:  # the table cannot be scanned with files missing
                     _check_state(state, delta, report)
-                stale = _stale_staged(root, state)
+                stale = committed_staged_files(root / "staging", state)
                 report.problems += [f"staged file of a committed chunk: {p}" for p in stale]
                 _check_bloom(root, state, report)
             except Exception as exc:  # a corrupt file fails in many ways; all mean "rebuild"

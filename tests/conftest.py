@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL_CONFIG, cli_env, load_generator
+from helpers import ROOT, SMALL_CONFIG, cli_env, lake_rows, load_generator
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +18,26 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("corpus")
     load_generator().generate(out, seed=7, scale=0.3)
     return out
+
+
+@pytest.fixture(scope="session")
+def small_cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The small-chunk config, shared by the tests that compare with ``small_reference``."""
+    path = tmp_path_factory.mktemp("small-cfg") / "lakecurate.toml"
+    path.write_text(SMALL_CONFIG, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_reference(corpus: Path, small_cfg: Path,
+                    tmp_path_factory: pytest.TempPathFactory) -> list[tuple[object, ...]]:
+    """``lake_rows`` of one uninterrupted ingest of ``corpus`` with ``small_cfg``: what every
+    crashed, full-disk or broken-worker run must end up equal to."""
+    from lakecurate import Lake
+
+    lake = tmp_path_factory.mktemp("small-ref") / "lake"
+    assert Lake.open(lake).ingest([corpus], config=small_cfg, workers=2).ok
+    return lake_rows(lake)
 
 
 @pytest.fixture

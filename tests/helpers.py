@@ -20,6 +20,18 @@ retry_backoff = 0.05
 exact = true
 """
 
+NEAR_CONFIG = SMALL_CONFIG + "\n[near_dedup]\nenabled = true\nthreshold = 0.8\n"
+
+# Six plain English sentences that pass every quality filter, for tests that need good text.
+PROSE = [
+    "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",
+    "By the second morning the old bridge was under water and the school had closed its doors.",
+    "Volunteers from the next town arrived with boats, blankets and bread for the families.",
+    "Nobody could remember a flood like it since the winter their grandparents had married.",
+    "When the water finally went down, the fields were covered with a thick layer of mud.",
+    "It took most of that summer to repair the roads, the fences and the little church roof.",
+]
+
 
 def load_generator():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("generate_corpus",
@@ -125,3 +137,28 @@ def assert_lake_consistent(lake: Path, reference: list[tuple[object, ...]] | Non
     """``lake_problems`` as an assertion."""
     problems = lake_problems(lake, reference)
     assert problems == [], "\n".join(problems)
+
+
+def near_decisions(lake: Path) -> list[tuple[object, ...]]:
+    """Every document's near-dedup decision, in input order."""
+    return Lake.open(lake).sql(
+        "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id FROM documents "
+        "ORDER BY chunk_key, source_line").rows
+
+
+def as_global(rows: list[tuple[int, int | None, str | None]], sizes: list[int]) -> list[
+        tuple[int, int | None, str | None]]:
+    """Map doc_seq and cluster_id to the position in the corpus, so chunkings compare."""
+    import numpy as np
+
+    from lakecurate.dedup import lsh
+
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+
+    def pos(seq: int | None) -> int | None:
+        if seq is None:
+            return None
+        ordinal, row = lsh.split_doc_seq(seq)
+        return int(starts[ordinal]) + row
+
+    return [(pos(s), pos(c), d) for s, c, d in rows]  # type: ignore[misc]

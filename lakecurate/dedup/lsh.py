@@ -216,7 +216,8 @@ class NearDedupIndex:
 
     def create_schema(self) -> None:
         """Create the index tables, or check that an existing index was built with this config."""
-        for name in ("dedup.create_bands", "dedup.create_docs", "dedup.create_meta"):
+        for name in ("dedup.create_macros", "dedup.create_bands", "dedup.create_docs",
+                     "dedup.create_meta"):
             self.con.execute(engine.q(name))
         rows = self.con.execute(engine.q("dedup.get_meta"), {"key": "fingerprint"}).fetchall()
         row = rows[0] if rows else None

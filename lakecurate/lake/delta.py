@@ -133,30 +133,25 @@ class DeltaStore:
         return set() if dt is None else {os.path.normpath(p) for p in dt.file_uris()}
 
     def remove_unreferenced(self, since_ns: int) -> int:
-        """Delete data files a failed or killed write left: not named by the log, and written
-        at or after ``since_ns`` (wall clock); returns how many.
-
-        Safe because the lake lock makes this the only writer, and every file an older version
-        references (tombstoned ones kept for time travel too) predates ``since_ns``.
-        """
-        self._dt = None  # the log as it is on disk now
-        referenced = self.referenced_files()
+        """Delete the untracked data files a failed or killed write left, those written at or
+        after ``since_ns`` (wall clock); returns how many. The lake lock makes this the only
+        writer, so nothing else is writing a file the log will name."""
         removed = 0
-        for path in self.data_files():
+        for path in self.untracked_files():
             try:
                 st = path.stat()
             except FileNotFoundError:
                 continue
-            # 50 ms margin: file mtimes come from a coarse kernel clock.
-            if (os.path.normpath(str(path)) not in referenced
-                    and st.st_mtime_ns >= since_ns - 50_000_000):
+            if st.st_mtime_ns >= since_ns - 50_000_000:  # mtimes come from a coarse clock
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
 
     def untracked_files(self) -> list[Path]:
         """Data files no version in the log names (what a killed or failed write leaves):
-        a full vacuum's candidates minus the tombstones an ordinary one would take."""
+        a full vacuum's candidates minus the tombstones an ordinary one would take (files
+        older versions still need for time travel are tombstones, never untracked)."""
+        self._dt = None  # the log as it is on disk now
         dt = self.table()
         if dt is None:
             return self.data_files()

@@ -22,6 +22,11 @@ CREATE TABLE IF NOT EXISTS minhash_docs (
     signature UINTEGER[]          -- NULL unless candidates are verified
 );
 
+-- name: create_macros
+-- How many signature positions two documents share (estimated Jaccard = this / num_perm).
+CREATE OR REPLACE TEMP MACRO nd_matches(a, b) AS
+    len(list_filter(list_zip(a, b), lambda p: p[1] = p[2]));
+
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS minhash_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 
@@ -67,8 +72,7 @@ FROM cand c
 LEFT JOIN sigs a ON $verify AND a.doc_seq = c.src
 LEFT JOIN sigs b ON $verify AND b.doc_seq = c.dst
 WHERE NOT $verify
-   OR len(list_filter(list_zip(a.signature, b.signature), lambda p: p[1] = p[2]))
-      >= $min_matches;
+   OR nd_matches(a.signature, b.signature) >= $min_matches;
 
 -- name: init_labels
 -- Start label: the smallest cluster among the document's earlier lake neighbours, or itself.
@@ -107,8 +111,7 @@ WITH cand AS (
     FROM cand c
     JOIN nd_chunk s ON s.doc_seq = c.src
     JOIN minhash_docs r ON r.doc_seq = c.rep
-    WHERE len(list_filter(list_zip(s.signature, r.signature), lambda p: p[1] = p[2]))
-          >= $min_matches
+    WHERE nd_matches(s.signature, r.signature) >= $min_matches
     GROUP BY c.src
 )
 SELECT c.doc_seq, least(c.doc_seq, coalesce(ok.rep, c.doc_seq)) AS label
@@ -140,8 +143,7 @@ WITH cand AS (
     FROM cand c
     JOIN nd_chunk s ON s.doc_seq = c.src
     JOIN sigs r ON r.doc_seq = c.rep
-    WHERE len(list_filter(list_zip(s.signature, r.signature), lambda p: p[1] = p[2]))
-          >= $min_matches
+    WHERE nd_matches(s.signature, r.signature) >= $min_matches
     GROUP BY c.src
 )
 SELECT i.doc_seq, least(i.label, coalesce(ok.rep, i.label)) AS label

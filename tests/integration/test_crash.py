@@ -14,33 +14,19 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from helpers import ROOT, SMALL_CONFIG, cli_env, lake_rows
+from helpers import ROOT, cli_env, lake_rows
 
 from lakecurate import Lake
 
 
-@pytest.fixture(scope="module")
-def cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cfg") / "lakecurate.toml"
-    path.write_text(SMALL_CONFIG)
-    return path
-
-
-@pytest.fixture(scope="module")
-def reference(corpus: Path, cfg: Path, tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
-    lake = tmp_path_factory.mktemp("ref") / "lake"
-    assert Lake.open(lake).ingest([corpus], config=cfg, workers=2).ok
-    return lake_rows(lake)
-
-
-def ingest_cmd(corpus: Path, lake: Path, cfg: Path) -> list[str]:
+def ingest_cmd(corpus: Path, lake: Path, small_cfg: Path) -> list[str]:
     return [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-            "--config", str(cfg), "--workers", "2"]
+            "--config", str(small_cfg), "--workers", "2"]
 
 
-def assert_consistent(lake: Path, reference: list) -> None:  # type: ignore[type-arg]
+def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignore[type-arg]
     """The invariants every lake must satisfy after any crash and a completed re-run."""
-    assert lake_rows(lake) == reference
+    assert lake_rows(lake) == small_reference
     leftovers = [p for p in lake.rglob("*") if ".tmp" in p.name]
     assert leftovers == []
     assert list((lake / "staging").iterdir()) == []
@@ -80,29 +66,29 @@ POINTS = [
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_kill_at_point_then_rerun(point: str, corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+def test_kill_at_point_then_rerun(point: str, corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
                                   tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    cmd = ingest_cmd(corpus, lake, cfg)
+    cmd = ingest_cmd(corpus, lake, small_cfg)
     killed = subprocess.run(cmd, check=False, env=cli_env({"LAKECURATE_FAULT": point}), cwd=ROOT,
                             capture_output=True, text=True, start_new_session=True, timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
                           start_new_session=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert_consistent(lake, reference)
+    assert_consistent(lake, small_reference)
     # the interrupted run is on record as killed; the re-run as OK
     outcomes = [r[0] for r in Lake.open(lake).sql(
         "SELECT outcome FROM runs ORDER BY started_at").rows]
     assert outcomes == ["KILLED", "OK"]
 
 
-def test_random_kills_until_done(corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+def test_random_kills_until_done(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
                                  tmp_path: Path) -> None:
     """SIGKILL the whole ingest at random moments, resuming each time with the same command."""
     rng = random.Random(20261202)
     lake = tmp_path / "lake"
-    cmd = ingest_cmd(corpus, lake, cfg)
+    cmd = ingest_cmd(corpus, lake, small_cfg)
     kills = 0
     for _ in range(12):
         proc = subprocess.Popen(cmd, env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE,
@@ -122,4 +108,4 @@ def test_random_kills_until_done(corpus: Path, cfg: Path, reference: list,  # ty
     final = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
                            text=True, start_new_session=True, timeout=300)
     assert "nothing to do" in final.stdout
-    assert_consistent(lake, reference)
+    assert_consistent(lake, small_reference)

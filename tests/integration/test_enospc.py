@@ -29,31 +29,16 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from helpers import ROOT, SMALL_CONFIG, assert_lake_consistent, cli_env, lake_rows
+from helpers import ROOT, assert_lake_consistent, cli_env
 
-from lakecurate import Lake
 from lakecurate.worker import read_staged_result
 
 NO_SPACE = "no space left on device"
 
-@pytest.fixture(scope="module")
-def cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cfg") / "lakecurate.toml"
-    path.write_text(SMALL_CONFIG)
-    return path
-
-
-@pytest.fixture(scope="module")
-def reference(corpus: Path, cfg: Path, tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
-    lake = tmp_path_factory.mktemp("ref") / "lake"
-    assert Lake.open(lake).ingest([corpus], config=cfg, workers=2).ok
-    return lake_rows(lake)
-
-
-def _ingest(corpus: Path, lake: Path, cfg: Path,
+def _ingest(corpus: Path, lake: Path, small_cfg: Path,
             fault: str | None = None) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(cfg), "--workers", "2"]
+           "--config", str(small_cfg), "--workers", "2"]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
                           env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
                           start_new_session=True, timeout=300)
@@ -143,79 +128,79 @@ def _rust_panic_line(line: str) -> bool:
 # -- a real full disk -------------------------------------------------------------------------
 
 
-def _documents_full(corpus: Path, cfg: Path, lake: Path,
+def _documents_full(corpus: Path, small_cfg: Path, lake: Path,
                     tmpfs: Mount) -> subprocess.CompletedProcess[str]:
     tmpfs(lake / "documents", "256k")  # a few commits fit, then delta-rs hits ENOSPC
-    done = _ingest(corpus, lake, cfg)
+    done = _ingest(corpus, lake, small_cfg)
     assert done.returncode != 0, done.stdout
     assert NO_SPACE in (done.stdout + done.stderr).lower()
     return done
 
 
-def test_documents_volume_full_then_freed(corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+def test_documents_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
                                           tmp_path: Path, tmpfs: Mount) -> None:
     lake = tmp_path / "lake"
-    _documents_full(corpus, cfg, lake, tmpfs)
+    _documents_full(corpus, small_cfg, lake, tmpfs)
     assert_nothing_partial_visible(lake)
     _grow(lake / "documents")
-    again = _ingest(corpus, lake, cfg)
+    again = _ingest(corpus, lake, small_cfg)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, reference)
+    assert_lake_consistent(lake, small_reference)
 
 
-def test_documents_volume_full_message(corpus: Path, cfg: Path, tmp_path: Path,
+def test_documents_volume_full_message(corpus: Path, small_cfg: Path, tmp_path: Path,
                                        tmpfs: Mount) -> None:
-    assert_one_clear_line(_documents_full(corpus, cfg, tmp_path / "lake", tmpfs))
+    assert_one_clear_line(_documents_full(corpus, small_cfg, tmp_path / "lake", tmpfs))
 
 
-def test_documents_volume_full_leaves_no_orphan(corpus: Path, cfg: Path, tmp_path: Path,
+def test_documents_volume_full_leaves_no_orphan(corpus: Path, small_cfg: Path, tmp_path: Path,
                                                 tmpfs: Mount) -> None:
     lake = tmp_path / "lake"
-    _documents_full(corpus, cfg, lake, tmpfs)
+    _documents_full(corpus, small_cfg, lake, tmpfs)
     dt = DeltaTable(str(lake / "documents"))
     referenced = {os.path.normpath(u) for u in dt.file_uris()}
     on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")}
     assert on_disk == referenced
 
 
-def test_staging_volume_full_then_freed(corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+def test_staging_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
                                         tmp_path: Path, tmpfs: Mount) -> None:
     lake = tmp_path / "lake"
     tmpfs(lake / "staging", "8k")  # smaller than any staged file
-    done = _ingest(corpus, lake, cfg)
+    done = _ingest(corpus, lake, small_cfg)
     assert_nothing_partial_visible(lake)
     assert_one_clear_line(done)
     _grow(lake / "staging")
-    again = _ingest(corpus, lake, cfg)
+    again = _ingest(corpus, lake, small_cfg)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, reference)
+    assert_lake_consistent(lake, small_reference)
 
 
-def _lake_volume_full(corpus: Path, cfg: Path, disk: Path,
+def _lake_volume_full(corpus: Path, small_cfg: Path, disk: Path,
                       tmpfs: Mount) -> tuple[Path, subprocess.CompletedProcess[str]]:
     tmpfs(disk, "32m")
     ballast = _fill(disk, 512 * 1024)  # less than the state snapshot needs
     lake = disk / "lake"
-    done = _ingest(corpus, lake, cfg)
+    done = _ingest(corpus, lake, small_cfg)
     assert done.returncode != 0, done.stdout
     assert NO_SPACE in (done.stdout + done.stderr).lower()
     return ballast, done
 
 
-def test_lake_volume_full_then_freed(corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+def test_lake_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
                                      tmp_path: Path, tmpfs: Mount) -> None:
-    ballast, _ = _lake_volume_full(corpus, cfg, tmp_path / "disk", tmpfs)
+    ballast, _ = _lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)
     lake = ballast.parent / "lake"
     assert_nothing_partial_visible(lake)
     ballast.unlink()
-    again = _ingest(corpus, lake, cfg)
+    again = _ingest(corpus, lake, small_cfg)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, reference)
+    assert_lake_consistent(lake, small_reference)
 
 
-def test_lake_volume_full_message(corpus: Path, cfg: Path, tmp_path: Path,
+def test_lake_volume_full_message(corpus: Path, small_cfg: Path, tmp_path: Path,
                                   tmpfs: Mount) -> None:
-    assert_one_clear_line(_lake_volume_full(corpus, cfg, tmp_path / "disk", tmpfs)[1])
+    assert_one_clear_line(_lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)[1])
 
 
 # -- injected ENOSPC at each write --------------------------------------------------------------
@@ -229,25 +214,21 @@ INJECTED = [
 
 
 @pytest.mark.parametrize("fault", INJECTED)
-def test_injected_enospc_stops_with_one_line(fault: str, corpus: Path, cfg: Path,
+def test_injected_enospc_stops_with_one_line(fault: str, corpus: Path, small_cfg: Path,
                                              tmp_path: Path) -> None:
-    done = _ingest(corpus, tmp_path / "lake", cfg, fault)
+    done = _ingest(corpus, tmp_path / "lake", small_cfg, fault)
     assert_one_clear_line(done)
     assert_nothing_partial_visible(tmp_path / "lake")
 
 
-@pytest.mark.parametrize("fault", [
-    pytest.param("staged_write:enospc:web_a_00002", id="staged-parquet"),
-    pytest.param("delta_write:enospc:web_a_00002", id="delta-commit"),
-    pytest.param("before_delta_commit:enospc:web_a_00002", id="after-intent"),
-    pytest.param("during_state_update:enospc:web_a_00002", id="duckdb-state-update"),
-])
-def test_injected_enospc_then_freed(fault: str, corpus: Path, cfg: Path, reference: list,  # type: ignore[type-arg]
+@pytest.mark.parametrize("fault", INJECTED)
+def test_injected_enospc_then_freed(fault: str, corpus: Path, small_cfg: Path,
+                                    small_reference: list,  # type: ignore[type-arg]
                                     tmp_path: Path) -> None:
     lake = tmp_path / "lake"
-    done = _ingest(corpus, lake, cfg, fault)
+    done = _ingest(corpus, lake, small_cfg, fault)
     assert done.returncode != 0 and NO_SPACE in (done.stdout + done.stderr).lower()
     assert_nothing_partial_visible(lake)
-    again = _ingest(corpus, lake, cfg)
+    again = _ingest(corpus, lake, small_cfg)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, reference)
+    assert_lake_consistent(lake, small_reference)

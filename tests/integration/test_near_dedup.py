@@ -9,17 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL_CONFIG, cli_env
+from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
 
 from lakecurate import Lake
-
-NEAR_CONFIG = SMALL_CONFIG + "\n[near_dedup]\nenabled = true\nthreshold = 0.8\n"
-
-
-def decisions(lake: Path) -> list[tuple[object, ...]]:
-    return Lake.open(lake).sql(
-        "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id FROM documents "
-        "ORDER BY chunk_key, source_line").rows
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +47,7 @@ def test_one_worker_equals_two(reference: Path, corpus: Path, near_cfg: Path,
                                tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     assert Lake.open(lake).ingest([corpus], config=near_cfg, workers=1).ok
-    assert decisions(lake) == decisions(reference)
+    assert near_decisions(lake) == near_decisions(reference)
 
 
 def test_incremental_equals_batch(reference: Path, corpus: Path, near_cfg: Path,
@@ -63,8 +55,8 @@ def test_incremental_equals_batch(reference: Path, corpus: Path, near_cfg: Path,
     lake = Lake.open(tmp_path / "lake")
     for i, path in enumerate(sorted(corpus.iterdir())):  # one crawl after another
         assert lake.ingest([path], config=near_cfg if i == 0 else None).ok
-    strip = [r[:1] + r[2:] for r in decisions(tmp_path / "lake")]
-    assert strip == [r[:1] + r[2:] for r in decisions(reference)]
+    strip = [r[:1] + r[2:] for r in near_decisions(tmp_path / "lake")]
+    assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
 @pytest.mark.parametrize("point", ["after_delta_commit:kill:web_a_00002",
@@ -80,7 +72,7 @@ def test_interrupted_and_resumed_equals_clean(point: str, reference: Path, corpu
     done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
                           text=True, start_new_session=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert decisions(lake) == decisions(reference)
+    assert near_decisions(lake) == near_decisions(reference)
     lk = Lake.open(lake)
     (n_docs,) = lk.sql("SELECT count(*) FROM minhash_docs").rows[0]
     (n_ref,) = Lake.open(reference).sql("SELECT count(*) FROM minhash_docs").rows[0]
@@ -101,4 +93,4 @@ def test_repair_of_a_lost_state_rebuilds_the_band_index(reference: Path, corpus:
     lk, ref = Lake.open(lake), Lake.open(reference)
     q = "SELECT doc_seq, doc_id, cluster_id FROM minhash_docs ORDER BY doc_seq"
     assert lk.sql(q).rows == ref.sql(q).rows
-    assert decisions(lake) == decisions(reference)
+    assert near_decisions(lake) == near_decisions(reference)

@@ -11,20 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, SMALL_CONFIG, cli_env
+from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
 
 from lakecurate import Lake
 from lakecurate.dedup import minhash as mh
 from lakecurate.errors import ConfigError, LakeError
 
-NEAR_CONFIG = SMALL_CONFIG + "\n[near_dedup]\nenabled = true\nthreshold = 0.8\n"
 KEPT_CONFIG = NEAR_CONFIG + 'link = "kept"\n'
-
-
-def decisions(lake: Path) -> list[tuple[object, ...]]:
-    return Lake.open(lake).sql(
-        "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id FROM documents "
-        "ORDER BY chunk_key, source_line").rows
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +55,7 @@ def test_one_worker_equals_two(reference: Path, corpus: Path, kept_cfg: Path,
                                tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     assert Lake.open(lake).ingest([corpus], config=kept_cfg, workers=1).ok
-    assert decisions(lake) == decisions(reference)
+    assert near_decisions(lake) == near_decisions(reference)
 
 
 def test_incremental_equals_batch(reference: Path, corpus: Path, kept_cfg: Path,
@@ -70,8 +63,8 @@ def test_incremental_equals_batch(reference: Path, corpus: Path, kept_cfg: Path,
     lake = Lake.open(tmp_path / "lake")
     for i, path in enumerate(sorted(corpus.iterdir())):  # one crawl after another
         assert lake.ingest([path], config=kept_cfg if i == 0 else None).ok
-    strip = [r[:1] + r[2:] for r in decisions(tmp_path / "lake")]
-    assert strip == [r[:1] + r[2:] for r in decisions(reference)]
+    strip = [r[:1] + r[2:] for r in near_decisions(tmp_path / "lake")]
+    assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
 def test_interrupted_and_resumed_equals_clean(reference: Path, corpus: Path, kept_cfg: Path,
@@ -86,7 +79,7 @@ def test_interrupted_and_resumed_equals_clean(reference: Path, corpus: Path, kep
     done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
                           text=True, start_new_session=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert decisions(lake) == decisions(reference)
+    assert near_decisions(lake) == near_decisions(reference)
 
 
 def test_a_lake_keeps_its_rule(reference: Path, corpus: Path, tmp_path: Path) -> None:

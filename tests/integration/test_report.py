@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_CONFIG
+from helpers import PROSE, SMALL_CONFIG
 
 from lakecurate import Lake
 
@@ -66,14 +66,6 @@ strict = false
 [gates.gopher_quality]
 max_drop = 0.02
 """
-PROSE = [
-    "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",
-    "By the second morning the old bridge was under water and the school had closed its doors.",
-    "Volunteers from the next town arrived with boats, blankets and bread for the families.",
-    "Nobody could remember a flood like it since the winter their grandparents had married.",
-    "When the water finally went down, the fields were covered with a thick layer of mud.",
-    "It took most of that summer to repair the roads, the fences and the little church roof.",
-]
 FRENCH = ("La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
           "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
           "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "

@@ -17,15 +17,6 @@ from lakecurate import Lake
 VICTIM = "web_a_00002"
 
 
-@pytest.fixture(scope="module")
-def reference(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> list:  # type: ignore[type-arg]
-    cfg = tmp_path_factory.mktemp("ref-cfg") / "lakecurate.toml"
-    cfg.write_text(SMALL_CONFIG)
-    lake = tmp_path_factory.mktemp("ref") / "lake"
-    assert Lake.open(lake).ingest([corpus], config=cfg, workers=2).ok
-    return lake_rows(lake)
-
-
 def _cfg(tmp_path: Path, attempts: int = 3, extra: str = "") -> Path:
     path = tmp_path / "lakecurate.toml"
     path.write_text(SMALL_CONFIG.replace("max_attempts = 3", f"max_attempts = {attempts}\n{extra}"))
@@ -47,7 +38,7 @@ def _ingest(corpus: Path, lake: Path, cfg: Path, fault: str | None = None,
                           start_new_session=True, timeout=timeout)
 
 
-def _retry_and_finish(corpus: Path, lake: Path, cfg: Path, reference: list) -> None:  # type: ignore[type-arg]
+def _retry_and_finish(corpus: Path, lake: Path, cfg: Path, small_reference: list) -> None:  # type: ignore[type-arg]
     assert Lake.open(lake).retry() == [_victim(lake)]
     again = _ingest(corpus, lake, cfg)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -55,8 +46,8 @@ def _retry_and_finish(corpus: Path, lake: Path, cfg: Path, reference: list) -> N
     # Every input line once, and the same content kept. Which copy of a duplicate is kept may
     # differ: the victim committed last, so "first seen" is another chunk's copy.
     rows = lake_rows(lake)
-    assert sorted(r[:2] for r in rows) == sorted(r[:2] for r in reference)
-    assert sorted(r[3] for r in rows if r[4]) == sorted(r[3] for r in reference if r[4])
+    assert sorted(r[:2] for r in rows) == sorted(r[:2] for r in small_reference)
+    assert sorted(r[3] for r in rows if r[4]) == sorted(r[3] for r in small_reference if r[4])
 
 
 def _events(lake: Path) -> list[tuple[str, str]]:
@@ -66,7 +57,7 @@ def _events(lake: Path) -> list[tuple[str, str]]:
 
 
 def test_oom_killed_worker_is_retried_and_the_driver_survives(
-        corpus: Path, tmp_path: Path, reference: list) -> None:  # type: ignore[type-arg]
+        corpus: Path, tmp_path: Path, small_reference: list) -> None:  # type: ignore[type-arg]
     lake, cfg = tmp_path / "lake", _cfg(tmp_path)
     done = _ingest(corpus, lake, cfg, f"worker:oom:{VICTIM}")
     # The driver finished the run: every other chunk committed, the victim DEAD with the cause.
@@ -83,11 +74,11 @@ def test_oom_killed_worker_is_retried_and_the_driver_survives(
     failed = lk.sql("SELECT DISTINCT chunk_key FROM chunk_events "
                     "WHERE to_status IN ('FAILED', 'DEAD')").rows
     assert failed == [(victim,)]
-    _retry_and_finish(corpus, lake, cfg, reference)
+    _retry_and_finish(corpus, lake, cfg, small_reference)
 
 
 def test_hung_worker_is_killed_on_heartbeat_timeout(
-        corpus: Path, tmp_path: Path, reference: list) -> None:  # type: ignore[type-arg]
+        corpus: Path, tmp_path: Path, small_reference: list) -> None:  # type: ignore[type-arg]
     lake = tmp_path / "lake"
     cfg = _cfg(tmp_path, attempts=2, extra="heartbeat_timeout = 3")
     done = _ingest(corpus, lake, cfg, f"worker:hang:{VICTIM}", timeout=240)
@@ -98,7 +89,7 @@ def test_hung_worker_is_killed_on_heartbeat_timeout(
     assert all("heartbeat_timeout = 3 s" in m for s, m in events if s in ("FAILED", "DEAD"))
     assert Lake.open(lake).sql("SELECT count(*) FROM chunks WHERE status <> 'SUCCESS'"
                                ).rows == [(1,)]
-    _retry_and_finish(corpus, lake, cfg, reference)
+    _retry_and_finish(corpus, lake, cfg, small_reference)
 
 
 def test_chunk_timeout_kills_a_worker_that_still_beats(corpus: Path, tmp_path: Path) -> None:

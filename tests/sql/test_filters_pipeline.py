@@ -8,19 +8,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from helpers import PROSE
 
 from lakecurate import chunking, config, worker
 from lakecurate.errors import PermanentChunkError
 from lakecurate.types import ChunkResult, Format, WorkOrder
 
-GOOD = "\n".join([
-    "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",
-    "By the second morning the old bridge was under water and the school had closed its doors.",
-    "Volunteers from the next town arrived with boats, blankets and bread for the families.",
-    "Nobody could remember a flood like it since the winter their grandparents had married.",
-    "When the water finally went down, the fields were covered with a thick layer of mud.",
-    "It took most of that summer to repair the roads, the fences and the little church roof.",
-])
+GOOD = "\n".join(PROSE)
 
 
 def _run(tmp_path: Path, texts: list[str], data: dict[str, Any]) -> tuple[ChunkResult,

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import as_global
 
 from lakecurate import engine
 from lakecurate.dedup import lsh
@@ -81,20 +82,6 @@ def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
                        result["dup_of"].to_pylist(), strict=True))
         start += size
     return out
-
-
-def as_global(rows: list[tuple[int, int | None, str | None]], sizes: list[int]) -> list[
-        tuple[int, int | None, str | None]]:
-    """Map doc_seq and cluster_id to the position in the corpus, so chunkings compare."""
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-
-    def pos(seq: int | None) -> int | None:
-        if seq is None:
-            return None
-        ordinal, row = lsh.split_doc_seq(seq)
-        return int(starts[ordinal]) + row
-
-    return [(pos(s), pos(c), d) for s, c, d in rows]  # type: ignore[misc]
 
 
 def reference(corpus: tuple[list[str], pa.Array, pa.Array]) -> list[tuple[int, int | None,

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import as_global
 
 from lakecurate import engine
 from lakecurate.dedup import lsh
@@ -83,13 +84,6 @@ def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
     """Match and add the corpus chunk by chunk; rows as (position, cluster position, dup_of)."""
     texts, sig, bands = corpus
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-
-    def pos(seq: int | None) -> int | None:
-        if seq is None:
-            return None
-        ordinal, row = lsh.split_doc_seq(seq)
-        return int(starts[ordinal]) + row
-
     out: list[Row] = []
     for ordinal, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
         rows = np.arange(start, min(start + size, len(texts)))
@@ -99,10 +93,9 @@ def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
             table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
         result = idx.match_chunk(table)
         idx.add_chunk(table, result)
-        out.extend((pos(s), pos(c), d) for s, c, d in zip(  # type: ignore[misc]
-            result["doc_seq"].to_pylist(), result["cluster_id"].to_pylist(),
-            result["dup_of"].to_pylist(), strict=True))
-    return out
+        out.extend(zip(result["doc_seq"].to_pylist(), result["cluster_id"].to_pylist(),
+                       result["dup_of"].to_pylist(), strict=True))
+    return as_global(out, sizes)
 
 
 def chunking(n: int, sizes: list[int]) -> list[int]:
