@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,9 @@ from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
 from lakecurate.maintenance import CompactReport, VacuumReport
 from lakecurate.progress import Reporter
+from lakecurate.rebuild import catch_up, logged_config
 from lakecurate.runner import IngestReport, LakePaths, ingest
-from lakecurate.state import StateStore
+from lakecurate.state import SNAPSHOT_TABLES, StateStore
 from lakecurate.verify import VerifyReport, verify
 from lakecurate.versions import Explanation, LakeVersion
 
@@ -60,9 +62,16 @@ class Lake:
         return self.paths.root
 
     def config(self, given: Config | Path | None = None) -> Config:
-        """The lake's config; a given one must make the same decisions as the lake's."""
+        """The lake's config; a given one must make the same decisions as the lake's.
+
+        A lake whose lakecurate.toml is gone gets it back from its Delta log (every chunk
+        commit carries the config); without that, silently using the default pipeline would
+        keep what the lake's own filters dropped (issue 12, D15).
+        """
         cfg = configuration.load(given) if isinstance(given, Path) else given
         stored = configuration.load(self.paths.config) if self.paths.config.exists() else None
+        if stored is None and self.paths.documents.exists():
+            stored = self._config_from_log(cfg)
         if stored is None:
             return cfg or Config()
         if cfg is None:
@@ -74,6 +83,24 @@ class Lake:
                 "a new pipeline, or edit the lake's lakecurate.toml knowingly")
         return cfg
 
+    def _config_from_log(self, given: Config | None) -> Config | None:
+        """The config the log names, written back as the lake's lakecurate.toml."""
+        text, digest = logged_config(DeltaStore(self.paths.documents))
+        if text is not None:
+            stored = configuration.from_dict(tomllib.loads(text))
+            atomic_write_text(self.paths.config, text)
+            return stored
+        if digest is None:
+            return None
+        if given is not None and given.hash == digest:
+            return given
+        if given is None and Config().hash == digest:
+            return Config()
+        raise ConfigError(
+            f"{self.paths.config} is missing and this lake's commits were made with config "
+            f"{digest}, which its log does not hold: pass --config with the config the lake "
+            "was built with to go on")
+
     def ingest(self, inputs: list[str | os.PathLike[str]], *,
                config: Config | Path | None = None, workers: int | None = None,
                verify: bool = False, reporter: Reporter | None = None,
@@ -83,9 +110,7 @@ class Lake:
         discover(inputs)  # a typo'd path must fail before a lake (and its config) is created
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
-            tmp = self.paths.config.with_suffix(".toml.tmp")
-            tmp.write_text(configuration.to_toml(cfg), encoding="utf-8")
-            os.replace(tmp, self.paths.config)
+            atomic_write_text(self.paths.config, configuration.to_toml(cfg))
         return ingest(self.paths, [os.fspath(p) for p in inputs], cfg, workers=workers,
                       verify=verify, reporter=reporter, args=args)
 
@@ -94,7 +119,8 @@ class Lake:
             params: dict[str, Any] | None = None) -> query.QueryResult:
         """Run a read-only query over the state tables and the docs/rejects views (of the
         latest version, or of ``version`` / the version current at ``as_of``)."""
-        con = query.open_reader(self.paths.state, self.paths.documents, version, as_of)
+        con = query.open_reader(self.paths.state, self.paths.documents, version, as_of,
+                                tables=query.tables_for(text))
         try:
             return query.run(con, text, params)
         finally:
@@ -102,7 +128,8 @@ class Lake:
 
     def status(self) -> LakeStatus:
         """What `lakecurate status` shows, from the state tables only."""
-        con = query.open_reader(self.paths.state, self.paths.documents)
+        con = query.open_reader(self.paths.state, self.paths.documents,
+                                tables=SNAPSHOT_TABLES)
         try:
             return LakeStatus(
                 by_status=query.run(con, engine.q("state.by_status")),
@@ -136,6 +163,7 @@ class Lake:
                                     f"deleted files it needs; versions {earliest} to {current} "
                                     "are intact")
                 run_id = state.begin_run("restore", str(version), "")
+                catch_up(state, delta)
                 committer = Committer(state, delta, MembershipIndex(state.con), run_id, "",
                                       True)
                 committer.reconcile(self.paths.staging)
@@ -146,9 +174,10 @@ class Lake:
             finally:
                 state.close()
 
-    def verify(self, *, repair: bool = False) -> VerifyReport:
-        """Check that table, log, state and index agree; with ``repair``, fix what can be."""
-        return verify(self.root, repair=repair)
+    def verify(self, *, repair: bool = False, deep: bool = False) -> VerifyReport:
+        """Check that table, log, state and index agree (``deep``: read every page of every
+        live data file too); with ``repair``, fix what can be."""
+        return verify(self.root, repair=repair, deep=deep)
 
     def index_stats(self) -> query.QueryResult:
         """Tier 1 per key space (n, m, k, fill, estimated and target p, memory, from the Bloom
@@ -262,3 +291,10 @@ class Lake:
         if not self.paths.state.exists():
             raise LakeError(f"no lake at {self.root} (no state.duckdb): run `lakecurate "
                             "ingest` first, or pass --lake")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a small text file whole or not at all."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

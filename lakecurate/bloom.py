@@ -119,8 +119,12 @@ class BloomFileError(LakecurateError):
         self.path = Path(path)
         self.problem: FileProblem = problem
         self.detail = detail
-        super().__init__(f"Bloom filter file {self.path}: {detail}; the file is a cache of the "
-                         "state database: delete it and let the index rebuild it")
+        # A failed save loses nothing (the next open rebuilds the cache from the state);
+        # "delete it" would be the wrong advice for a file that was never written.
+        remedy = ("nothing is lost: the file is a cache of the state database, rebuilt on the "
+                  "next open" if problem == "write" else "the file is a cache of the state "
+                  "database: delete it and let the index rebuild it")
+        super().__init__(f"Bloom filter file {self.path}: {detail}; {remedy}")
 
 
 def _check_n(name: str, n: object) -> int:

@@ -1,7 +1,10 @@
 """Deterministic, content-addressed chunks (design section 4).
 
-A chunk key is ``<stem>_<index:05d>_<first 8 hex of the sha256 of the chunk's bytes>``, so the same
-bytes always give the same key and a changed input gives new keys. Plain JSONL is cut at newline
+A chunk key is ``<stem>_<index:05d>_<8 hex>``, the hex naming the chunk's identity: its source
+path, its first line and the sha256 of its bytes. The same bytes at the same place always give the
+same key and a changed input gives new keys; identical bytes in two files (a/data.jsonl and
+b/data.jsonl, common in crawl mirrors) are two chunks, each owned by its own file, so changing one
+file can never take the other's rows with it (issue 12, D6). Plain JSONL is cut at newline
 boundaries near the target size; Parquet by groups of row groups; compressed JSONL is one chunk.
 """
 
@@ -35,6 +38,16 @@ def detect_format(path: str) -> Format | None:
     return None
 
 
+def chunk_key(stem: str, index: int, path: str, first_line: int, digest: str) -> str:
+    """The key of one chunk: readable stem and index, then its identity (see the module doc).
+
+    The first line is part of it because committed rows carry ``source_line``: the same bytes
+    at another line are other rows.
+    """
+    identity = hashlib.sha256(f"{path}\0{first_line}\0{digest}".encode()).hexdigest()
+    return f"{stem}_{index:05d}_{identity[:8]}"
+
+
 def _stem(path: str, fmt: Format) -> str:
     name = os.path.basename(path)
     return _UNSAFE.sub("_", name[: len(name) - len(fmt.value) - 1]) or "input"
@@ -54,23 +67,58 @@ def _bad_name(path: str) -> str | None:
     return None
 
 
-def discover(inputs: Iterable[str | Path],
-             problems: list[str] | None = None) -> list[tuple[str, Format]]:
+def is_lake(folder: str) -> bool:
+    """A lakecurate lake, or a Delta table (a lake's ``documents/``, or anyone's)."""
+    return (os.path.isdir(os.path.join(folder, "_delta_log"))
+            or (os.path.isfile(os.path.join(folder, "state.duckdb"))
+                and os.path.isdir(os.path.join(folder, "documents"))))
+
+
+def _inside_lake(path: str, lake: str | None) -> str | None:
+    """The lake or Delta table that ``path`` is in (or is), if any."""
+    parts = path
+    while True:
+        if (lake is not None and parts == lake) or (os.path.isdir(parts) and is_lake(parts)):
+            return parts
+        parent = os.path.dirname(parts)
+        if parent == parts:
+            return None
+        parts = parent
+
+
+def discover(inputs: Iterable[str | Path], problems: list[str] | None = None, *,
+             lake: Path | None = None,
+             notes: list[str] | None = None) -> list[tuple[str, Format]]:
     """Expand files and folders into (absolute path, format), sorted, without following links.
 
     A folder contributes every file with a known suffix; a file named explicitly must have one.
     An entry of a folder that has a known suffix but cannot be read as a file (a broken link, a
     symlink loop, a FIFO, a name that is not UTF-8) is skipped, and when ``problems`` is given a
     message naming it is added there: it must never vanish without a word (issue 7).
+
+    A lake is never input: an input inside ``lake`` or any other lake (a folder with
+    ``state.duckdb`` and ``documents/``, or a Delta table) is refused, and such folders below
+    an input folder are skipped with a note (issue 12, D10: `ingest .` with the lake inside
+    the input read the lake's own data files on every run).
     """
     inputs = list(inputs)  # iterated twice: a generator would leave the error message empty
     found: dict[str, Format] = {}
+    own = os.path.abspath(lake) if lake is not None else None
     for raw in inputs:
         path = os.path.abspath(os.fspath(raw))
         if (why := _bad_name(path)) is not None:
             raise InputError(why)
+        if (inside := _inside_lake(path, own)) is not None:
+            raise InputError(f"{raw}: is inside the lake or Delta table {inside}; a lake is "
+                             "never read as input (export a version to read its documents)")
         if os.path.isdir(path):
             for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
+                skipped = [d for d in dirnames if os.path.join(dirpath, d) == own
+                           or is_lake(os.path.join(dirpath, d))]
+                for name in skipped:
+                    dirnames.remove(name)
+                    if notes is not None:
+                        notes.append(f"{os.path.join(dirpath, name)}: a lake, not read as input")
                 dirnames.sort()
                 for name in sorted(filenames):
                     full = os.path.join(dirpath, name)
@@ -131,8 +179,8 @@ def _plan_jsonl(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
         chunk_hashes.update(bytes.fromhex(digest))
         idx = len(specs)
         specs.append(ChunkSpec(
-            chunk_key=f"{stem}_{idx:05d}_{digest[:8]}", source_path=path, source_sha256="",
-            format=Format.JSONL, chunk_index=idx, first_line=state["first_line"],
+            chunk_key=chunk_key(stem, idx, path, state["first_line"], digest), source_path=path,
+            source_sha256="", format=Format.JSONL, chunk_index=idx, first_line=state["first_line"],
             input_sha256=digest, input_bytes=state["size"], byte_start=state["start"],
             byte_end=state["start"] + state["size"]))
         state["start"] += state["size"]
@@ -169,7 +217,7 @@ def _plan_whole(path: str, fmt: Format) -> tuple[str, list[ChunkSpec]]:
     digest = h.hexdigest()
     if size == 0:
         return digest, []
-    spec = ChunkSpec(chunk_key=f"{_stem(path, fmt)}_00000_{digest[:8]}", source_path=path,
+    spec = ChunkSpec(chunk_key=chunk_key(_stem(path, fmt), 0, path, 1, digest), source_path=path,
                      source_sha256=digest, format=fmt, chunk_index=0, first_line=1,
                      input_sha256=digest, input_bytes=size, byte_start=0, byte_end=size)
     return digest, [spec]
@@ -200,8 +248,9 @@ def _plan_parquet(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
             digest, nbytes = parquet_digest(f, md, schema, a, b)
             source.update(bytes.fromhex(digest))
             specs.append(ChunkSpec(
-                chunk_key=f"{stem}_{idx:05d}_{digest[:8]}", source_path=path, source_sha256="",
-                format=Format.PARQUET, chunk_index=idx, first_line=rows_before + 1,
+                chunk_key=chunk_key(stem, idx, path, rows_before + 1, digest),
+                source_path=path, source_sha256="", format=Format.PARQUET, chunk_index=idx,
+                first_line=rows_before + 1,
                 input_sha256=digest, input_bytes=nbytes, row_group_start=a, row_group_end=b))
             rows_before += sum(md.row_group(i).num_rows for i in range(a, b))
     return _with_source_sha(specs, source.hexdigest())

@@ -136,6 +136,9 @@ def _summary(r: IngestReport) -> str:
                 f"({r.seconds:.1f} s)")
         if r.rows_superseded:
             head += f"; {r.rows_superseded:,} rows of changed inputs removed"
+        if r.chunks_redecided:
+            head += (f"; {r.chunks_redecided:,} chunk(s) that referred to them decided "
+                     "again")
     lines = [head, *(f"note: {n}" for n in r.notes)]
     lines += [f"error: {e}" for e in r.file_errors]
     lines += [f"DEAD: {k}: {e}" for k, e in r.dead]
@@ -328,14 +331,17 @@ def restore_cmd(version: int, lake_path: Path) -> None:
 @main.command("verify")
 @_lake_option
 @click.option("--repair", is_flag=True, help="Fix what can be fixed (rebuilds a missing or "
-              "corrupt state.duckdb from the Delta table).")
-def verify_cmd(lake_path: Path, repair: bool) -> None:
+              "corrupt state.duckdb from the Delta table, sets aside a damaged checkpoint or a "
+              "torn last commit file).")
+@click.option("--deep", is_flag=True, help="Read every page of every live data file (slow: "
+              "reads the whole table), not just each file's footer.")
+def verify_cmd(lake_path: Path, repair: bool, deep: bool) -> None:
     """Check that the Delta table, its log, the state and the index agree.
 
     Every data file the log names must exist and read; SUCCESS chunks must be exactly the
     table's, at the log's versions; no commit may be left half-done; no temp file may remain.
     """
-    r = Lake.open(lake_path).verify(repair=repair)
+    r = Lake.open(lake_path).verify(repair=repair, deep=deep)
     for p in r.problems:
         click.echo(f"problem: {p}")
     for p in r.repaired:
@@ -343,7 +349,9 @@ def verify_cmd(lake_path: Path, repair: bool) -> None:
     if not r.problems:
         click.echo(f"ok: {r.files_checked} data file(s) checked, state and log agree")
     elif not repair:
-        click.echo("run `lakecurate verify --repair` to fix what can be fixed")
+        click.echo("run `lakecurate verify --repair` to fix what can be fixed" if r.fixable
+                   else "`lakecurate verify --repair` cannot fix this: each problem says what "
+                   "to do")
     if not r.ok or (r.problems and not repair):
         sys.exit(2)
 

@@ -23,10 +23,13 @@ from lakecurate import engine, faults
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.near import NearDedup
-from lakecurate.rebuild import resync
+from lakecurate.rebuild import CONFIG_KEY, resync
 from lakecurate.state import StateStore
-from lakecurate.types import ChunkResult, ChunkSpec
-from lakecurate.worker import BANDS_COLUMN, SIGNATURE_COLUMN
+from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec
+from lakecurate.worker import BANDS_COLUMN, SIGNATURE_COLUMN, add_signatures
+
+LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
+"""The verdicts the driver makes against the whole lake; a re-decision makes them again."""
 
 
 @dataclass
@@ -45,8 +48,10 @@ class Committer:
 
     def __init__(self, state: StateStore, delta: DeltaStore, index: MembershipIndex,
                  run_id: str, config_hash: str, exact_dedup: bool,
-                 near: NearDedup | None = None) -> None:
+                 near: NearDedup | None = None, config_text: str = "") -> None:
         self.near = near
+        self.config_text = config_text
+        self.redecided = 0  # chunks decided again by this committer
         self._scratch_con: duckdb.DuckDBPyConnection | None = None
         self.state = state
         self.delta = delta
@@ -126,9 +131,18 @@ class Committer:
         Delta log alone (``lakecurate verify --repair``).
         """
         staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
-        key = result.chunk_key
         # The seq comes first: near dedup orders documents by it.
-        seq = self.state.begin_commit("APPEND", [key], self.run_id, self.delta.version())
+        seq = self.state.begin_commit("APPEND", [result.chunk_key], self.run_id,
+                                      self.delta.version())
+        outcome = self._decide_and_commit(spec, result, staged, seq, replace=False)
+        Path(result.staged_path).unlink(missing_ok=True)
+        return outcome
+
+    def _decide_and_commit(self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table,
+                           seq: int, replace: bool) -> CommitOutcome:
+        """The lake-wide decisions, the Delta commit (an append, or with ``replace`` the
+        chunk's rows swapped for the new ones in one commit) and the state after it."""
+        key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
         near_writer = None
@@ -149,25 +163,109 @@ class Committer:
                     "lakecurate.rows_in": str(result.rows_in),
                     "lakecurate.rows_kept": str(kept),
                     "lakecurate.result": json.dumps(record)}
-        version = self.delta.append(rows, seq, metadata)
+        if self.config_text:
+            metadata[CONFIG_KEY] = self.config_text
+        if replace:
+            metadata["lakecurate.redecided"] = "true"
+        version = self.delta.append(rows, seq, metadata, replace=replace)
         faults.hit("after_delta_commit", key)
         self.state.finish_append(seq, result, version, rows.filter(rows["kept"]), funnel,
                                  self.run_id, self._index(rows, seq, near_writer))
-        Path(result.staged_path).unlink(missing_ok=True)
         return CommitOutcome(key, version, result.rows_in, kept, funnel[-1][2])
 
     def supersede(self, keys: Sequence[str]) -> int:
-        """Remove the rows of committed chunks whose input changed; returns rows removed."""
-        if not keys:
-            return 0
-        seq = self.state.begin_commit("SUPERSEDE", keys, self.run_id, self.delta.version())
-        faults.hit("before_delta_commit", "supersede")
-        version, removed = self.delta.delete_chunks(
-            keys, seq, {"lakecurate.superseded": ",".join(keys),
-                        "lakecurate.run_id": self.run_id})
-        self.state.finish_supersede(seq, keys, version, removed, self.run_id,
-                                    self.index.remove_chunks)
+        """Remove the rows of committed chunks whose input changed, then decide again every
+        committed chunk that pointed at what left; returns rows removed.
+
+        A document that was a duplicate of a removed one (``dup_of``, the same given id, or the
+        same near-dedup cluster) would otherwise stay dropped with nothing kept in its place:
+        a clean run of the new inputs keeps it (issue 12). Those chunks are queued in the
+        intent's transaction and forgotten by the index with the superseded ones, so a crash
+        anywhere leaves the queue for the next ingest.
+        """
+        if keys:
+            redo = self.dependents(keys)
+            seq = self.state.begin_commit("SUPERSEDE", keys, self.run_id, self.delta.version(),
+                                          redecide=redo)
+            faults.hit("before_delta_commit", "supersede")
+            version, removed = self.delta.delete_chunks(
+                keys, seq, {"lakecurate.superseded": ",".join(keys),
+                            "lakecurate.run_id": self.run_id})
+            self.state.finish_supersede(seq, keys, version, removed, self.run_id, self._forget)
+        else:
+            removed = 0
+        self.redecide_queued()
         return removed
+
+    def _forget(self, keys: Sequence[str]) -> None:
+        """Take these chunks and every chunk queued for a new decision out of the index and
+        the band index (inside the caller's transaction): decisions made against them next
+        would point at documents that are leaving, or at a chunk's own old copy."""
+        every = sorted({*keys, *self.state.redecide_queue()})
+        forget_near(self.state, self.state.commit_seqs(every))
+        self.index.remove_chunks(every)
+
+    def dependents(self, keys: Sequence[str]) -> list[str]:
+        """Committed chunks (other than ``keys``) whose rows refer, directly or through each
+        other, to a document of ``keys``: by ``dup_of`` (exact and near duplicates, and a
+        repeated id, whose ``dup_of`` is the id itself) or by near-dedup cluster."""
+        ds = self.delta.dataset()
+        if ds is None:
+            return []
+        refs = ds.to_table(columns=["chunk_key", "dup_of", "cluster_id"],
+                           filter=pc.field("dup_of").is_valid() | pc.field(
+                               "cluster_id").is_valid())
+        affected, frontier = set(keys), set(keys)
+        while frontier and refs.num_rows:
+            mine = ds.to_table(columns=["id", "cluster_id"],
+                               filter=pc.field("chunk_key").isin(sorted(frontier)))
+            ids = pc.unique(mine["id"])
+            clusters = pc.unique(pc.drop_null(mine["cluster_id"]))
+            hit = pc.or_(pc.fill_null(pc.is_in(refs["dup_of"], ids), False),
+                         pc.fill_null(pc.is_in(refs["cluster_id"], clusters), False))
+            found = set(pc.unique(pc.filter(refs["chunk_key"], hit)).to_pylist())
+            frontier = found - affected
+            affected |= frontier
+        return sorted(affected - set(keys))
+
+    def redecide_queued(self) -> int:
+        """Decide again, in commit order, every chunk queued by a supersede; returns how many."""
+        keys = self.state.redecide_queue()
+        if keys:  # all out of the index first: none may match another's old verdicts
+            with self.state.transaction():
+                self._forget(keys)
+        for key in keys:
+            self.redecide(key)
+        return len(keys)
+
+    def redecide(self, key: str) -> CommitOutcome | None:
+        """Make a committed chunk's lake-wide decisions again from its committed rows (its
+        input may be gone or outside this run's inputs): the filters' verdicts stay, every
+        duplicate verdict is made again against the lake as it is now, and the chunk's rows
+        are replaced in one Delta commit (an app transaction, like every commit)."""
+        spec = self.state.spec_of(key)
+        ds = self.delta.dataset()
+        if spec is None or ds is None:
+            self.state.unqueue_redecide([key])
+            return None
+        with self.state.transaction():  # e.g. a state rebuilt from the log indexed it again
+            forget_near(self.state, self.state.commit_seqs([key]))
+            self.index.remove_chunks([key])
+        rows = ds.to_table(filter=pc.field("chunk_key") == key).sort_by("source_line")
+        rows = rows.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+        lake_made = pc.fill_null(pc.is_in(rows["reason"], pa.array(LAKE_REASONS)), False)
+        for name, value in (("kept", pa.scalar(True)), ("reason", pa.scalar(None, pa.string())),
+                            ("dup_of", pa.scalar(None, pa.string()))):
+            i = rows.schema.get_field_index(name)
+            rows = rows.set_column(i, name, pc.if_else(lake_made, value, rows[name]))
+        i = rows.schema.get_field_index("cluster_id")
+        rows = rows.set_column(i, "cluster_id", pa.nulls(rows.num_rows, pa.int64()))
+        if self.near is not None:
+            rows = add_signatures(rows, self.near.cfg)
+        result = self.state.result_of(key, rows.num_rows)
+        seq = self.state.begin_commit("REDECIDE", [key], self.run_id, self.delta.version())
+        self.redecided += 1
+        return self._decide_and_commit(spec, result, rows, seq, replace=True)
 
     def restore(self, version: int) -> int:
         """Make ``version`` current (a new Delta commit) and re-derive the state from it."""
@@ -194,7 +292,7 @@ class Committer:
                 notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
             else:
                 removed = self.delta.remove_unreferenced(intent_ns)
-                self.state.abandon_intent(seq, keys, self.run_id)
+                self.state.abandon_intent(seq, kind, keys, self.run_id)
                 notes.append(f"commit {seq} ({kind}) never reached Delta; will redo it"
                              + (f"; removed {removed} orphan data file(s)" if removed else ""))
         self._clean_staging(staging_dir)
@@ -211,7 +309,7 @@ class Committer:
         if kind == "RESTORE":
             self.finish_restore(seq, version)
             return
-        (key,) = keys
+        (key,) = keys  # an APPEND, or a REDECIDE (the rows it wrote are the chunk's rows now)
         ds = self.delta.dataset()
         assert ds is not None
         rows = ds.to_table(filter=pc.field("chunk_key") == key)
@@ -238,6 +336,14 @@ class Committer:
         temps = [p for p in staging_dir.iterdir() if ".tmp_" in p.name]
         for path in temps + committed_staged_files(staging_dir, self.state):
             path.unlink(missing_ok=True)
+
+
+def forget_near(state: StateStore, seqs: Sequence[int]) -> None:
+    """Drop the band-index rows of these commits, whether or not this command runs near dedup
+    (a `compact` finalising a crashed supersede must not leave them behind)."""
+    if seqs and state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        for statement in ("dedup.forget_seqs", "dedup.forget_docs_seqs"):
+            state.con.execute(engine.q(statement), {"seqs": list(seqs)})
 
 
 def committed_staged_files(staging_dir: Path, state: StateStore) -> list[Path]:

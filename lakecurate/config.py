@@ -48,6 +48,9 @@ class IngestConfig:
     workers: int = 0  # 0 = one per core
     heartbeat_timeout: float = 60.0  # a worker silent this long is killed, its chunk retried
     chunk_timeout: float = 3600.0  # a chunk running longer is killed and retried; 0 = no limit
+    # A compressed JSONL file is one chunk, held in memory while it is processed: a file that
+    # decompresses to more fails (DEAD, with what to do) instead of exhausting the worker's memory.
+    max_compressed_chunk_bytes: int = 1024**3
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,8 @@ def from_dict(data: dict[str, Any]) -> Config:
         if not isinstance(sec, dict):
             raise ConfigError(f"[{name}] must be a table, got {type(sec).__name__}")
     _check_keys("ingest", ing, {"chunk_size", "max_attempts", "retry_backoff", "workers",
-                                "heartbeat_timeout", "chunk_timeout"})
+                                "heartbeat_timeout", "chunk_timeout",
+                                "max_compressed_chunk_bytes"})
     _check_keys("dedup", ded, {"exact"})
     defaults = IngestConfig()
     backoff = _seconds("retry_backoff", ing.get("retry_backoff", defaults.retry_backoff))
@@ -216,6 +220,9 @@ def from_dict(data: dict[str, Any]) -> Config:
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
             heartbeat_timeout=heartbeat,
             chunk_timeout=chunk_timeout,
+            max_compressed_chunk_bytes=parse_size(
+                ing.get("max_compressed_chunk_bytes", defaults.max_compressed_chunk_bytes),
+                "[ingest].max_compressed_chunk_bytes"),
         ),
         dedup=DedupConfig(exact=exact),
         near_dedup=_near_from_dict(data.get("near_dedup", {})),
@@ -247,7 +254,8 @@ def to_toml(cfg: Config) -> str:
         f"retry_backoff = {i.retry_backoff}\n"
         f"workers = {i.workers}\n"
         f"heartbeat_timeout = {i.heartbeat_timeout}\n"
-        f"chunk_timeout = {i.chunk_timeout}\n\n"
+        f"chunk_timeout = {i.chunk_timeout}\n"
+        f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n\n"
         "[dedup]\n"
         f"exact = {'true' if d.exact else 'false'}\n"
     ) + _near_to_toml(cfg.near_dedup) + _filters_to_toml(cfg.filters, cfg.gates)

@@ -7,6 +7,7 @@ Every error says what happened and what to do next. The CLI prints ``str(error)`
 from __future__ import annotations
 
 import errno
+import re
 
 
 class LakecurateError(Exception):
@@ -27,6 +28,10 @@ class LakeError(LakecurateError):
 
 class LockedError(LakeError):
     """Another process holds the lake's writer lock."""
+
+
+class BusyError(LakeError):
+    """Another process has a lake file open (DuckDB's own file lock): busy, never damaged."""
 
 
 class ReadOnlyError(LakecurateError):
@@ -62,9 +67,37 @@ _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_TEXTS = ("no space left on device", "disk quota exceeded")
 
 
+# A Rust backtrace (delta-rs appends one to its messages when RUST_BACKTRACE is set): frame 0
+# or the "stack backtrace:" header starts it; nothing after it is for the user.
+_BACKTRACE = re.compile(r"^(\s+0: |\s*stack backtrace:)", re.MULTILINE | re.IGNORECASE)
+# DuckDB refusing a file another process holds: "Could not set lock on file ... Conflicting lock
+# is held in /usr/bin/python3 (PID 123)".
+_DUCKDB_LOCK = re.compile(r"Could not set lock on file|Conflicting lock is held", re.IGNORECASE)
+_DUCKDB_HOLDER = re.compile(r"Conflicting lock is held in (.*?) \(PID (\d+)\)", re.IGNORECASE)
+
+
 def one_line(exc: BaseException | str) -> str:
-    """An error text on one line: delta-rs and DuckDB messages span several."""
-    return " ".join(str(exc).split())
+    """An error text on one line: delta-rs and DuckDB messages span several, and delta-rs
+    appends a Rust backtrace when RUST_BACKTRACE is set."""
+    text = str(exc)
+    if m := _BACKTRACE.search(text):
+        text = text[:m.start()]
+    return " ".join(text.split())
+
+
+def lock_conflict(exc: BaseException | None) -> str | None:
+    """When ``exc`` (or an exception it came from) is DuckDB refusing a file that another
+    process holds, who holds it (``pid 123, /usr/bin/python3``, or ``another process``);
+    None for any other error. A held file is busy, not damaged."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        if _DUCKDB_LOCK.search(text):
+            m = _DUCKDB_HOLDER.search(text)
+            return f"pid {m.group(2)}, {m.group(1)}" if m else "another process"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def is_disk_full(exc: BaseException | None) -> bool:
@@ -82,8 +115,32 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+def _first_full(exc: BaseException) -> BaseException | DiskFullError:
+    """The earliest full-disk error behind ``exc``: a clean-up that fails on the same full disk
+    (a cache save in a ``finally``) raises a new error whose context is the first one. Only
+    ``__context__`` leads to earlier errors; a ``__cause__`` explains the same one (a worker's
+    remote traceback, say) and is not a message for the user."""
+    first: BaseException = exc
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, DiskFullError):
+            return cur  # already the user's message, made where the disk filled first
+        if (isinstance(cur, OSError) and cur.errno in _FULL_ERRNOS) or any(
+                t in str(cur).lower() for t in _FULL_TEXTS):
+            first = cur
+        cur = cur.__context__
+    return first
+
+
 def disk_full(exc: BaseException, where: str) -> DiskFullError:
-    """The one-line error the user sees for a full disk met while doing ``where``."""
+    """The one-line error the user sees for a full disk met while doing ``where``: about the
+    first write that failed, never a later clean-up that failed for the same reason."""
+    first = _first_full(exc)
+    if isinstance(first, DiskFullError):
+        return DiskFullError(str(first))
+    exc = first
     path = getattr(exc, "filename", None)
     return DiskFullError(
         f"no space left on device while {where}" + (f" ({path})" if path else "")

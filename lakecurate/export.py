@@ -5,8 +5,12 @@ self-describing: rows in input order (``chunk_key``, ``source_line``), so the sa
 always gives byte-identical shards; each shard written to a temp file, fsynced and renamed,
 so a shard that exists is complete; and ``manifest.json`` (files, sha256, rows, bytes,
 version, config hashes) written last, the same way: a folder with a manifest is a finished
-export, one without is an interrupted one (re-running the same export clears it and starts
-again).
+export, one without is an interrupted one.
+
+An export deletes only what it wrote itself: it starts in an empty folder, names every file
+in a journal (``.lakecurate-export``) before creating it, and re-running an interrupted export
+removes exactly the journal's files. A folder holding anything else (a Spark output, the
+lake's own data files) is refused, and so is any folder inside the lake.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +28,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakecurate import engine, query
+from lakecurate import engine, faults, query
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore, utc_text
 from lakecurate.types import DOCUMENT_SCHEMA
@@ -32,6 +37,8 @@ FORMATS = ("parquet", "jsonl", "jsonl.gz")
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "lakecurate-export/1"
+JOURNAL = ".lakecurate-export"  # the files an unfinished export created, one name a line
+_OURS = re.compile(r"(part-\d{5}\.(parquet|jsonl|jsonl\.gz)|manifest\.json)")
 # What a training run needs of a kept document; the reject-only columns (raw, error, reason,
 # dup_of) are always empty for kept rows and are left out.
 COLUMNS = ("id", "text", "meta", "lang", "lang_score", "content_hash", "cluster_id",
@@ -77,19 +84,47 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _prepare(out: Path) -> None:
-    """``out`` must be new, empty, or an interrupted export of ours (no manifest yet)."""
+    """``out`` must be new, empty, or an interrupted export of ours; starts its journal.
+
+    Of an interrupted export only the files its journal names (and their temp files) are
+    removed; any other file means the folder is not ours, and nothing is touched.
+    """
     if out.exists() and not out.is_dir():
         raise LakeError(f"{out} is a file: export into a new folder")
     out.mkdir(parents=True, exist_ok=True)
-    entries = list(out.iterdir())
-    if not entries:
-        return
-    ours = [p for p in entries if p.name.startswith(("part-", ".part-"))]
-    if (out / MANIFEST).exists() or len(ours) != len(entries):
-        raise LakeError(f"{out} is not empty (it holds {entries[0].name}, ...): export into a "
-                        "new folder, or delete it first")
-    for p in ours:  # an interrupted export: start again
-        p.unlink()
+    entries = sorted(p.name for p in out.iterdir())
+    journal = out / JOURNAL
+    if entries:
+        if (out / MANIFEST).exists():
+            raise LakeError(f"{out} is not empty: it holds a finished export ({MANIFEST}); "
+                            "export into a new folder, or delete it first")
+        if not journal.exists():
+            raise LakeError(f"{out} is not empty (it holds {entries[0]}, ...) and is not an "
+                            "interrupted lakecurate export: export into a new folder, or "
+                            "delete it first")
+        names = [n for n in journal.read_text(encoding="utf-8").splitlines() if n]
+        if not all(_OURS.fullmatch(n) for n in names):
+            raise LakeError(f"{journal} names files lakecurate does not write: delete {out} "
+                            "yourself, or export into a new folder")
+        ours = {JOURNAL, *names}
+        ours |= {e for e in entries for n in names if e.startswith(f".{n}.tmp_")}
+        foreign = [e for e in entries if e not in ours]
+        if foreign:
+            raise LakeError(f"{out} holds an interrupted export and files it did not write "
+                            f"({foreign[0]}, ...): export into a new folder, or delete it "
+                            "first")
+        for name in sorted(ours - {JOURNAL}):  # an interrupted export of ours: start again
+            (out / name).unlink(missing_ok=True)
+    journal.write_bytes(b"")
+    _fsync_dir(out)
+
+
+def _journal(out: Path, name: str) -> None:
+    """Note ``name`` in the journal (durably) before the file is created."""
+    with open(out / JOURNAL, "a", encoding="utf-8") as f:
+        f.write(name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class _ShardWriter:
@@ -101,8 +136,11 @@ class _ShardWriter:
         self.fmt = fmt
         self.rows = 0
         self.raw_bytes = 0.0
+        _journal(out, self.final.name)
         self._file: IO[bytes] = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
-        self._gz = gzip.GzipFile(fileobj=self._file, mode="wb", mtime=0) \
+        # No file name (it would be the temp name, with a pid) and no time in the gzip
+        # header: the same version must give the same bytes.
+        self._gz = gzip.GzipFile(filename="", fileobj=self._file, mode="wb", mtime=0) \
             if fmt == "jsonl.gz" else None
         self._pq = pq.ParquetWriter(self._file, schema, compression="zstd") \
             if fmt == "parquet" else None
@@ -126,6 +164,7 @@ class _ShardWriter:
         os.fsync(self._file.fileno())
         self._file.close()
         os.replace(self.tmp, self.final)
+        faults.hit("export_shard", self.final.name)  # tests: an export killed midway
         return ShardFile(self.final.name, sha256_of(self.final), self.rows,
                          self.final.stat().st_size)
 
@@ -152,7 +191,8 @@ def export(state: Path, documents: Path, version: int, out: Path, *, fmt: str = 
         raise LakeError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
     if shard_size <= 0:
         raise LakeError(f"shard size must be positive, not {shard_size}")
-    con = query.open_reader(state, documents, version)  # validates the version first
+    query.refuse_inside(out, state.parent, "the export folder")
+    con = query.open_reader(state, documents, version, tables=())  # validates the version
     try:
         _prepare(out)
         columns = [c for c in COLUMNS if c in DOCUMENT_SCHEMA.names]
@@ -190,12 +230,14 @@ def export(state: Path, documents: Path, version: int, out: Path, *, fmt: str = 
         else "", format=fmt, columns=columns, order=["chunk_key", "source_line"],
         config_hashes=hashes, rows=sum(f.rows for f in files),
         bytes=sum(f.bytes for f in files), files=files)
+    _journal(out, MANIFEST)
     tmp = out / f".{MANIFEST}.tmp_{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(manifest.to_json())
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, out / MANIFEST)
+    (out / JOURNAL).unlink()  # finished: the manifest now says what is ours
     _fsync_dir(out)
     return manifest
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 from lakecurate import engine, query
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.state import SNAPSHOT_TABLES
 
 _LOG_SCHEMA = pa.schema([
     ("version", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")),
@@ -43,8 +44,10 @@ def _int(metrics: dict[str, Any], *names: str) -> int | None:
 
 
 def _operation(entry: dict[str, Any]) -> str:
-    """lakecurate's name for a commit: APPEND, SUPERSEDE, RESTORE, COMPACT, VACUUM, ..."""
+    """lakecurate's name for a commit: APPEND, REDECIDE, SUPERSEDE, RESTORE, COMPACT, ..."""
     op = str(entry.get("operation", "UNKNOWN"))
+    if "lakecurate.redecided" in entry:
+        return "REDECIDE"
     if "lakecurate.chunk_key" in entry:
         return "APPEND"
     if "lakecurate.superseded" in entry:
@@ -75,6 +78,9 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
         detail = ""
         if op == "APPEND":
             added = _int(metrics, "num_added_rows") or 0
+        elif op == "REDECIDE":  # the chunk's rows swapped for newly decided ones, one for one
+            added = removed = int(e.get("lakecurate.rows_in", 0))
+            detail = "decided again: documents it referred to left the lake"
         elif op == "SUPERSEDE" or e.get("operation") == "DELETE":
             removed = _int(metrics, "num_deleted_rows") or 0
         elif op == "RESTORE":
@@ -125,7 +131,7 @@ def history(state: Path, documents: Path, limit: int | None = None) -> query.Que
     if limit is not None:
         entries = entries[-limit:] if limit > 0 else []
     log = pa.Table.from_pylist(log_rows(delta, entries), schema=_LOG_SCHEMA)
-    con = query.open_reader(state, documents)
+    con = query.open_reader(state, documents, tables=SNAPSHOT_TABLES)
     try:
         con.register("log_commits", log)
         return query.run(con, engine.q("history.history"))
@@ -143,7 +149,7 @@ def diff(state: Path, documents: Path, a: int, b: int, rows: bool = False,
     """
     if a == b:
         raise LakeError(f"diff {a} {b}: the two versions are the same; give two different ones")
-    con = query.open_reader(state, documents, b)
+    con = query.open_reader(state, documents, b, tables=())  # documents only
     try:
         con.register("documents_a", query.dataset_at(documents, a))
         con.execute(engine.q("history.diff_pairs"))

@@ -7,21 +7,24 @@ parse becomes a *malformed* record carrying its raw bytes and the error, never a
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import math
-import os
 import re
 import zlib
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakecurate.errors import PermanentChunkError, TransientError
+from lakecurate.config import IngestConfig
+from lakecurate.errors import PermanentChunkError, TransientError, one_line
 from lakecurate.types import ChunkSpec, Format
 
 RECORD_SCHEMA = pa.schema([
@@ -50,59 +53,6 @@ class _HashingReader(io.RawIOBase):
     def drain(self) -> None:
         while data := self._f.read(1 << 20):
             self.sha.update(data)
-
-
-class _ZstdFrames(io.RawIOBase):
-    """Decompresses every frame of a .zst stream, and fails on a truncated last frame.
-
-    zstandard's ``stream_reader`` just ends at a cut-off frame, so a truncated file would lose
-    its tail without an error; a ``decompressobj`` per frame tells whether each frame completed.
-    Decoder errors become ``ValueError`` (``ZstdError`` is not one), like gzip's.
-    """
-
-    def __init__(self, f: BinaryIO) -> None:
-        import zstandard
-
-        self._f = f
-        self._dctx = zstandard.ZstdDecompressor()
-        self._error = zstandard.ZstdError
-        self._obj = self._dctx.decompressobj()
-        self._in_frame = False  # input fed to the current frame that has not completed it
-        self._out = b""
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while self._pos >= len(self._out):
-            if not self._fill():
-                return 0
-        n = min(len(b), len(self._out) - self._pos)
-        b[:n] = self._out[self._pos:self._pos + n]
-        self._pos += n
-        return n
-
-    def _fill(self) -> bool:
-        data = self._f.read(1 << 16)
-        if not data:
-            if self._in_frame:
-                raise ValueError("the last zstd frame is incomplete (truncated file)")
-            return False
-        out = []
-        try:
-            while data:
-                out.append(self._obj.decompress(data))
-                self._in_frame = True
-                if not self._obj.eof:
-                    break
-                data = self._obj.unused_data
-                self._obj = self._dctx.decompressobj()
-                self._in_frame = False
-        except self._error as exc:
-            raise ValueError(str(exc)) from exc
-        self._out, self._pos = b"".join(out), 0
-        return True
 
 
 _JSON_TYPES = {"dict": "object", "list": "array", "str": "string", "int": "number",
@@ -156,41 +106,63 @@ _DECODER = json.JSONDecoder(object_pairs_hook=_unique_pairs, parse_constant=_no_
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-class Records:
-    """Column builders for one chunk's parsed records."""
+# Records are moved from Python lists into Arrow every this many bytes of text, meta and raw: a
+# Python str costs ~50 bytes more than its text, and converting a whole chunk at once held it twice
+# (issue D12: a 2 GB compressed chunk drove a worker past 9.5 GB).
+_BATCH_BYTES = 32 << 20
 
-    def __init__(self, source_name: str) -> None:
-        self.cols: dict[str, list[Any]] = {n: [] for n in RECORD_SCHEMA.names}
-        self.source_name = source_name
+
+class Records:
+    """Column builders for one chunk's parsed records.
+
+    A record without a usable ``id`` gets ``<source path>:<line>``: the full path the planner
+    gives, so same-named files in two folders cannot collide (issue D11).
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
         self.blank_lines = 0
+        self._cols: dict[str, list[Any]] = {n: [] for n in RECORD_SCHEMA.names}
+        self._pending = 0
+        self._parts: list[pa.Table] = []
         self._table: pa.Table | None = None
 
-    def malformed(self, line: int, raw: bytes, kind: str, error: str) -> None:
-        self._append(line, f"{self.source_name}:{line}", None, None, raw, kind, error, False)
+    def derived_id(self, line: int) -> str:
+        return f"{self.source}:{line}"
 
-    def add_object(self, line: int, obj: object, raw: bytes | None) -> None:
-        """Validate one decoded record and append it (as a document or as malformed)."""
+    def malformed(self, line: int, raw: bytes, kind: str, error: str) -> None:
+        self._append(line, self.derived_id(line), None, None, raw, kind, error, False)
+
+    def add_object(self, line: int, obj: object, raw: bytes | None, *, id_ok: bool = True,
+                   text_type: str | None = None) -> None:
+        """Validate one decoded record and append it (as a document or as malformed).
+
+        For a Parquet row, ``id_ok`` is false when the id column is neither string nor integer
+        (its value then stays in meta, as a float id does in JSON), and ``text_type`` names the
+        type of a text column that is not a string column (every row is ``text_not_string``).
+        """
         if not isinstance(obj, dict):
             self.malformed(line, raw or _dump(obj), "not_object",
                            f"a JSON {_type_name(obj)}, not an object")
             return
         rid = obj.get("id")
-        usable = ((isinstance(rid, str) and rid != "")
-                  or (isinstance(rid, int) and not isinstance(rid, bool)))
-        doc_id = str(rid) if usable else f"{self.source_name}:{line}"
+        usable = id_ok and ((isinstance(rid, str) and rid != "")
+                            or (isinstance(rid, int) and not isinstance(rid, bool)))
+        doc_id = str(rid) if usable else self.derived_id(line)
         if "text" not in obj:
             self.malformed(line, raw or _dump(obj), "missing_text", "the record has no 'text'")
             return
         text = obj["text"]
-        if not isinstance(text, str):
+        if text_type is not None or not isinstance(text, str):
+            what = text_type if text_type is not None and text is not None else _type_name(text)
             self.malformed(line, raw or _dump(obj), "text_not_string",
-                           f"'text' is {_type_name(text)}, not a string")
+                           f"'text' is {what}, not a string")
             return
         # An id that cannot name the document (null, "", a float, ...) stays in meta: a kept
         # document has no raw bytes, so dropping it here would lose it for good.
         meta = {k: v for k, v in obj.items() if k != "text" and (k != "id" or not usable)}
         try:
-            meta_json = json.dumps(meta, ensure_ascii=False, default=str) if meta else None
+            meta_json = _json(meta) if meta else None
         except RecursionError:  # parsed a frame higher up the stack than it is dumped here
             self.malformed(line, raw or b"", "bad_json", "nested too deeply")
             return
@@ -242,19 +214,49 @@ class Records:
 
     def _append(self, *values: Any) -> None:
         for name, v in zip(RECORD_SCHEMA.names, values, strict=True):
-            self.cols[name].append(v)
+            self._cols[name].append(v)
+        _, _, text, meta, raw, *_ = values
+        self._pending += len(text or "") + len(meta or "") + len(raw or b"") + 64
+        if self._pending >= _BATCH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._cols["source_line"]:
+            self._parts.append(pa.table(self._cols, schema=RECORD_SCHEMA))
+            self._cols = {n: [] for n in RECORD_SCHEMA.names}
+        self._pending = 0
 
     def table(self) -> pa.Table:
-        """The records as Arrow; the Python lists are released, so that a chunk's text is not
-        held twice while the worker runs its SQL (the table is kept for later calls)."""
+        """The records as Arrow (batches joined without a copy; kept for later calls)."""
         if self._table is None:
-            self._table = pa.table(self.cols, schema=RECORD_SCHEMA)
-            self.cols = {n: [] for n in RECORD_SCHEMA.names}
+            self._flush()
+            self._table = (pa.concat_tables(self._parts) if self._parts
+                           else RECORD_SCHEMA.empty_table())
+            self._parts = []
         return self._table
 
 
+def _json(value: object, ascii_only: bool = False) -> str:
+    """``value`` as JSON text; NaN and ±Infinity (possible in Parquet floats, not JSON) become
+    the strings "NaN", "Infinity", "-Infinity" so that ``meta`` stays valid JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=ascii_only, allow_nan=False, default=str)
+    except ValueError:
+        return json.dumps(_finite(value), ensure_ascii=ascii_only, allow_nan=False, default=str)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _dump(obj: object) -> bytes:
-    return json.dumps(obj, ensure_ascii=True, default=str).encode()
+    return _json(obj, ascii_only=True).encode()
 
 
 def _split_lines(data: bytes) -> Iterator[bytes]:
@@ -268,8 +270,18 @@ def _split_lines(data: bytes) -> Iterator[bytes]:
         yield data[start:]
 
 
-def _lines(stream: BinaryIO) -> Iterator[bytes]:
-    for line in stream:
+def _bounded_lines(spec: ChunkSpec, stream: BinaryIO, limit: int) -> Iterator[bytes]:
+    """The lines of a decompressed stream, read one at a time so that neither the whole text
+    nor one endless line is ever held: past ``limit`` decompressed bytes the chunk fails."""
+    total = 0
+    while line := stream.readline(limit - total + 1):
+        total += len(line)
+        if total > limit:
+            raise PermanentChunkError(
+                f"{spec.source_path} decompresses to more than [ingest].max_compressed_chunk_bytes"
+                f" = {limit} bytes ({limit / 2**20:g} MiB): a compressed file is one chunk, held "
+                "in memory by one worker; split or recompress it into smaller shards, or raise "
+                "the setting if the workers have the memory")
         yield line[:-1] if line.endswith(b"\n") else line
 
 
@@ -295,9 +307,13 @@ def _open(path: str) -> BinaryIO:
         raise TransientError(f"cannot open {path}: {exc.strerror}") from exc
 
 
-def read_chunk(spec: ChunkSpec) -> Records:
-    """All records of one chunk, verified against the chunk's sha256."""
-    recs = Records(os.path.basename(spec.source_path))
+def read_chunk(spec: ChunkSpec,
+               max_decompressed: int = IngestConfig.max_compressed_chunk_bytes) -> Records:
+    """All records of one chunk, verified against the chunk's sha256.
+
+    ``max_decompressed`` bounds a compressed chunk (``[ingest].max_compressed_chunk_bytes``).
+    """
+    recs = Records(spec.source_path)
     if spec.format is Format.PARQUET:
         return _read_parquet(spec, recs)
     with _open(spec.source_path) as f:
@@ -316,15 +332,19 @@ def read_chunk(spec: ChunkSpec) -> Records:
             if spec.format is Format.JSONL_GZ:
                 stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
             else:
-                stream = io.BufferedReader(_ZstdFrames(buffered), 1 << 20)  # type: ignore[assignment]
-            for raw in _lines(stream):
+                # Arrow's stream hands out at most what is asked for: zstandard's decompressobj
+                # returns all the output of its input at once (the first 64 KiB of a 10,000:1
+                # file came back as all its 200 MB), and its stream_reader misses a cut frame.
+                zstd = pa.CompressedInputStream(buffered, "zstd")
+                stream = io.BufferedReader(zstd, 1 << 20)  # type: ignore[assignment]
+            for raw in _bounded_lines(spec, stream, max_decompressed):
                 recs.add_line(line, raw)
                 line += 1
         except (EOFError, OSError, zlib.error, ValueError) as exc:
             kind = "gzip" if spec.format is Format.JSONL_GZ else "zstd"
             raise PermanentChunkError(
                 f"{spec.source_path}: corrupt or truncated {kind} stream after line "
-                f"{line - 1} ({exc}); fix or remove the file and re-run"
+                f"{line - 1} ({one_line(exc)}); fix or remove the file and re-run"
             ) from exc
         hashing.drain()
         _check(spec, hashing.sha.hexdigest())
@@ -358,6 +378,9 @@ def parquet_digest(f: BinaryIO, md: pq.FileMetaData, schema: bytes, a: int,
     return h.hexdigest(), nbytes
 
 
+_PARQUET_BATCH_ROWS = 8192
+
+
 def _read_parquet(spec: ChunkSpec, recs: Records) -> Records:
     assert spec.row_group_start is not None and spec.row_group_end is not None
     a, b = spec.row_group_start, spec.row_group_end
@@ -372,6 +395,132 @@ def _read_parquet(spec: ChunkSpec, recs: Records) -> Records:
         raise PermanentChunkError(f"{spec.source_path} disappeared after planning") from exc
     except (OSError, ValueError) as exc:
         raise PermanentChunkError(f"{spec.source_path}: unreadable Parquet ({exc})") from exc
-    for i, row in enumerate(table.to_pylist()):
-        recs.add_object(spec.first_line + i, row, None)
+    names = table.column_names
+    types = {n: _plain_type(table.schema.field(n).type) for n in names}
+    id_ok = "id" not in types or _is_string(types["id"]) or pa.types.is_integer(types["id"])
+    text_type = (None if "text" not in types or _is_string(types["text"])
+                 else str(table.schema.field("text").type))
+    line = spec.first_line
+    # A batch at a time: the whole chunk as Python dicts weighed several times its Arrow size.
+    for batch in table.to_batches(max_chunksize=_PARQUET_BATCH_ROWS):
+        columns = [_column_values(spec, n, batch.column(j)) for j, n in enumerate(names)]
+        rows = zip(*columns, strict=True) if columns else itertools.repeat((), batch.num_rows)
+        for values in rows:
+            recs.add_object(line, dict(zip(names, values, strict=True)), None, id_ok=id_ok,
+                            text_type=text_type)
+            line += 1
     return recs
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """The type a column's values have once read: dictionary and extension wrappers removed."""
+    while isinstance(t, pa.DictionaryType | pa.BaseExtensionType):
+        t = t.value_type if isinstance(t, pa.DictionaryType) else t.storage_type
+    return t
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _column_values(spec: ChunkSpec, name: str, arr: pa.Array) -> list[Any]:
+    """One column's values as JSON-ready Python values; a column that cannot be converted fails
+    the chunk for good (the same bytes fail the same way on every attempt)."""
+    try:
+        return _jsonable(arr).to_pylist()
+    except pa.ArrowMemoryError:
+        raise
+    except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
+        raise PermanentChunkError(
+            f"{spec.source_path}: Parquet column {name!r} of type {arr.type} cannot be read "
+            f"({one_line(exc)}); cast or drop that column in the file and re-run") from exc
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_fixed_size_binary(t) or pa.types.is_binary_view(t))
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t))
+
+
+def _needs_conversion(t: pa.DataType) -> bool:
+    if isinstance(t, pa.UuidType):
+        return True
+    if isinstance(t, pa.BaseExtensionType):
+        return _needs_conversion(t.storage_type)
+    if (pa.types.is_dictionary(t) or pa.types.is_timestamp(t) or pa.types.is_date(t)
+            or pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_decimal(t)
+            or pa.types.is_float16(t) or _is_binary(t)):
+        return True
+    return any(_needs_conversion(t.field(i).type) for i in range(t.num_fields))
+
+
+_UNIT_DIGITS = {"s": 0, "ms": 3, "us": 6, "ns": 9}
+_DATE_TIME = r"^(-?\d+-\d\d-\d\d) (.*)$"
+
+
+def _jsonable(arr: pa.Array) -> pa.Array:
+    """``arr`` with every value ``to_pylist`` cannot give exactly, or JSON cannot hold, turned
+    into a JSON value without pandas (which ``to_pylist`` asks for at nanoseconds):
+
+    - timestamps: ISO 8601 text with all the digits of the unit (``2024-01-02T03:04:05.123456789``;
+      with a time zone, in UTC with a ``Z``); dates and times of day likewise;
+    - durations: ISO 8601 ``PT<seconds>S`` with all the digits of the unit (``-PT1.500000001S``);
+    - decimals: their exact decimal text (``"-12.50"``); half floats: floats;
+    - binary: base64 text; a UUID: its canonical text; dictionaries: their values;
+    - lists, structs and maps: the same, element by element (a map stays a list of pairs).
+
+    A value out of the range Arrow can print (a timestamp past year 9999 in seconds) keeps
+    Arrow's own text for it; floats NaN/±Infinity are handled when dumping (``_json``).
+    """
+    t = arr.type
+    if not _needs_conversion(t):
+        return arr
+    if isinstance(t, pa.UuidType):
+        return pa.array([None if v is None else str(v) for v in arr.to_pylist()], pa.string())
+    if isinstance(t, pa.BaseExtensionType):
+        return _jsonable(arr.storage)
+    if pa.types.is_dictionary(t):
+        return _jsonable(arr.dictionary_decode())
+    if pa.types.is_timestamp(t):
+        zoned = t.tz is not None
+        text = arr.cast(pa.timestamp(t.unit)) if zoned else arr
+        return pc.replace_substring_regex(text.cast(pa.string()), _DATE_TIME,
+                                          r"\1T\2Z" if zoned else r"\1T\2")
+    if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_decimal(t):
+        return arr.cast(pa.string())
+    if pa.types.is_float16(t):
+        return arr.cast(pa.float64())
+    if pa.types.is_duration(t):
+        digits = _UNIT_DIGITS[t.unit]
+        return pa.array([None if v is None else _iso_duration(v, digits)
+                         for v in arr.cast(pa.int64()).to_pylist()], pa.string())
+    if _is_binary(t):
+        return pa.array([None if v is None else base64.b64encode(v).decode("ascii")
+                         for v in arr.to_pylist()], pa.string())
+    mask = arr.is_null() if arr.null_count else None
+    if pa.types.is_struct(t):
+        children = [_jsonable(c) for c in arr.flatten()]
+        fields = [pa.field(t.field(i).name, c.type) for i, c in enumerate(children)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    if pa.types.is_map(t):
+        arr = pa.concat_arrays([arr])  # a compact copy: its offsets and entries are its own
+        entries = arr.values
+        return pa.MapArray.from_arrays(arr.offsets, _jsonable(entries.field(0)),
+                                       _jsonable(entries.field(1)), mask=mask)
+    if _is_list(t):
+        # flatten() and value_lengths() honour slices, nulls and list views alike (a cast of a
+        # list view to a list gave wrong values in pyarrow 26).
+        lengths = pc.fill_null(arr.value_lengths(), 0).cast(pa.int64())
+        offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(lengths)])
+        return pa.LargeListArray.from_arrays(offsets, _jsonable(arr.flatten()), mask=mask)
+    return arr  # e.g. a union: to_pylist decides, a failure names the column
+
+
+def _iso_duration(value: int, digits: int) -> str:
+    seconds, fraction = divmod(abs(value), 10**digits)
+    tail = f".{fraction:0{digits}d}" if digits else ""
+    return f"{'-' if value < 0 else ''}PT{seconds}{tail}S"

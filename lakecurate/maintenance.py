@@ -25,6 +25,7 @@ from lakecurate.errors import LakeError
 from lakecurate.index import MembershipIndex
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lock import LakeLock
+from lakecurate.rebuild import catch_up
 from lakecurate.state import StateStore
 
 
@@ -62,6 +63,7 @@ def _maintaining(root: Path, command: str, args: str) -> Iterator[tuple[StateSto
         run_id = state.begin_run(command, args, "")
         try:
             delta = DeltaStore(root / "documents")
+            catch_up(state, delta)  # a stale state must not number commits below the log's
             Committer(state, delta, MembershipIndex(state.con), run_id, "",
                       True).reconcile(root / "staging")
             yield state, run_id

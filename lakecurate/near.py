@@ -62,7 +62,7 @@ class NearDedup:
             if dup is not None and kept[pos]:
                 near_of[pos] = dup
                 dups += 1
-        is_near = pa.array([d is not None for d in near_of])
+        is_near = pa.array([d is not None for d in near_of], pa.bool_())  # typed: 0 rows too
         out = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
         out = out.set_column(out.schema.get_field_index("kept"), "kept",
                              pc.and_(out["kept"], pc.invert(is_near)))
@@ -74,22 +74,30 @@ class NearDedup:
                              pa.array(cluster, mask=~has_cluster))
         return out, dups, lambda: self.index.add_chunk(table, matched)
 
-    def rebuild_if_lost(self, state: StateStore, delta: DeltaStore) -> str | None:
-        """Re-derive a lost band index (a state file rebuilt by `verify --repair`) from the
-        committed text, chunk by chunk in commit order; returns a note when it did."""
-        con = state.con
-        if con.execute(engine.q("state.near_index_size")).fetchall()[0][0]:
+    def clear(self) -> None:
+        """Empty the band index (a state rebuilt from the log): ``catch_up`` refills it."""
+        for statement in ("dedup.clear_bands", "dedup.clear_docs"):
+            self.index.con.execute(engine.q(statement))
+
+    def catch_up(self, state: StateStore, delta: DeltaStore) -> str | None:
+        """Index every committed chunk the band index lacks, from its committed text, in
+        commit order; returns a note when it did. Commands that do not run near dedup
+        (`compact`, `verify --repair`) may finalise an interrupted commit, and a state
+        rebuilt from the log has no band index: the next ingest must not match against a
+        partial index."""
+        chunks = state.con.execute(engine.q("dedup.unindexed_chunks")).fetchall()
+        ds = delta.dataset() if chunks else None
+        if ds is None:
             return None
-        chunks = con.execute(engine.q("state.success_in_commit_order")).fetchall()
-        ds = delta.dataset()
-        if not chunks or ds is None:
-            return None
+        indexed = 0
         for key, seq in chunks:
             rows = ds.to_table(filter=pc.field("chunk_key") == key)
             writer = self.writer_from_committed(rows, int(seq))
             with state.transaction():
                 writer()
-        return f"rebuilt the near-dedup index from the table ({len(chunks)} chunk(s))"
+            indexed += rows.num_rows > 0
+        return (f"added {indexed} committed chunk(s) to the near-dedup index" if indexed
+                else None)
 
     def writer_from_committed(self, rows: pa.Table, seq: int) -> Callable[[], None]:
         """The index writer for a chunk already in the table (recovery, rebuild): signatures

@@ -46,15 +46,21 @@ class Plan:
 
 
 def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
-              verify: bool = False, reporter: Reporter | None = None) -> Plan:
-    """Discover inputs and cut them into chunks, trusting the stat cache unless ``verify``."""
+              verify: bool = False, reporter: Reporter | None = None,
+              lake: Path | None = None) -> Plan:
+    """Discover inputs and cut them into chunks, trusting the stat cache unless ``verify``.
+
+    A folder input is mirrored: files that left it (removed, renamed) have their committed
+    chunks superseded, as a clean run of the folder as it is now would not have them.
+    """
     reporter = reporter or NullReporter()
     plan = Plan()
     seen_keys: dict[str, str] = {}
-    found = discover(inputs, plan.file_errors)
+    found = discover(inputs, plan.file_errors, lake=lake, notes=plan.notes)
     paths = [p for p, _ in found]
     cache = state.cached_sources(paths)
     known = state.chunks_of_sources(paths)
+    _departed(inputs, set(paths), state, plan)
     for path, fmt in found:
         plan.files += 1
         try:
@@ -98,3 +104,29 @@ def make_plan(inputs: Sequence[str | Path], chunk_size: int, state: StateStore,
             if fresh:
                 plan.fresh.append(spec)
     return plan
+
+
+def _departed(inputs: Sequence[str | Path], found: set[str], state: StateStore,
+              plan: Plan) -> None:
+    """Chunks of files that were below a folder input and are gone from it now.
+
+    A path that still exists but was skipped (unreadable, now a broken link) is not gone: its
+    problem is reported and its rows stay.
+    """
+    gone: dict[str, int] = {}
+    for raw in inputs:
+        folder = os.path.abspath(os.fspath(raw))
+        if not os.path.isdir(folder):
+            continue
+        for path, chunks in state.chunks_under(folder).items():
+            if path in found or path in gone or os.path.lexists(path):
+                continue
+            gone[path] = len(chunks)
+            for spec, status in chunks:
+                (plan.superseded if status is Status.SUCCESS else plan.retired).append(
+                    spec.chunk_key)
+    if gone:
+        state.forget_sources(sorted(gone))
+        plan.notes.append(f"{len(gone)} file(s) no longer in the input folders; their rows "
+                          "are removed: " + ", ".join(sorted(gone)[:5])
+                          + (" ..." if len(gone) > 5 else ""))

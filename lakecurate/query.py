@@ -1,14 +1,19 @@
 """The read-only SQL surface: the state tables plus ``documents`` / ``docs`` / ``rejects`` views
 over one version of the Delta table.
 
-Read only by construction: the state file is attached READ_ONLY, the documents are an Arrow
-dataset, external access is switched off once the views exist, and only statements that read
-are accepted at all.
+Read only by construction: the state tables are a private in-memory copy (the state file is
+attached READ_ONLY only while they are copied, so readers never block a writer), the documents
+are an Arrow dataset, external access is switched off once the views exist, and only plain
+SELECTs (or EXPLAIN of one, or a few PRAGMAs that only describe) are accepted at all: DuckDB's
+own parse tree decides, so a write wrapped in EXPLAIN ANALYZE or a CTE is refused too.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +26,17 @@ import pyarrow.fs as pafs
 from lakecurate import engine
 from lakecurate.errors import LakeError, QueryError, ReadOnlyError
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.state import SNAPSHOT_NAME
+from lakecurate.lock import reading
+from lakecurate.state import SNAPSHOT_NAME, SNAPSHOT_TABLES
 from lakecurate.types import DOCUMENT_SCHEMA
 
-_READ_STATEMENTS = {"SELECT", "EXPLAIN", "PRAGMA"}
+# Query nodes of a plain SELECT; DuckDB also has INSERT/UPDATE/DELETE/MERGE nodes, which a
+# SELECT can hold in a CTE (`WITH d AS (DELETE ... RETURNING *) SELECT ...`).
+_SELECT_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"}
+# PRAGMAs that only describe (each is a SELECT from a table function).
+_DESCRIBING_PRAGMAS = {"table_info", "show_tables", "show_tables_expanded", "show_databases",
+                       "database_list", "database_size", "storage_info", "version", "platform",
+                       "functions", "collations", "metadata_info", "show", "user_agent"}
 
 
 @dataclass
@@ -67,67 +79,145 @@ def resolve_version(documents: Path, version: int | None = None,
 
 
 def open_reader(state_path: Path, documents: Path, version: int | None = None,
-                as_of: str | datetime.datetime | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with the lake attached read-only and the views bound to ``version``
-    (or to the version current at ``as_of``; the latest when both are None)."""
+                as_of: str | datetime.datetime | None = None, *,
+                tables: Collection[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with a private copy of the state tables (``tables``; all when
+    None) as ``lake`` and the views bound to ``version`` (or to the version current at
+    ``as_of``; when both are None, the version the copied state describes).
+
+    The state file is open only while the tables are copied, so a reader never holds it
+    while it runs and never stands in a writer's way (see ``_state_source``).
+    """
+    con = engine.connect()
+    try:
+        con.execute(engine.q("views.attach_memory"))
+        with _state_source(state_path) as (source, snapshot):
+            done = _copy_state(con, source, tables)
+            # Bound while the source is held: no commit lands between the state and the
+            # version read here. A snapshot names its own version (the ingest goes on).
+            bound = done if snapshot and version is None and as_of is None \
+                else resolve_version(documents, version, as_of)
+        con.execute("USE lake")
+        ds = _dataset(documents, bound)
+        con.register("documents_dataset", _native_local(ds, documents) if ds is not None
+                     else _empty())
+        con.execute(engine.q("views.create"))
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def reader_version(state_path: Path, documents: Path, version: int | None = None,
+                   as_of: str | datetime.datetime | None = None) -> int | None:
+    """The version ``open_reader`` would bind to now: ``version``, the one current at
+    ``as_of``, the latest, or (while a writer runs) the one its published snapshot names."""
+    if version is not None or as_of is not None:
+        return resolve_version(documents, version, as_of)
+    con = engine.connect()
+    try:
+        with _state_source(state_path) as (source, snapshot):
+            if not snapshot:
+                return resolve_version(documents)
+            return _copy_state(con, source, ())
+    finally:
+        con.close()
+
+
+def tables_for(text: str) -> tuple[str, ...]:
+    """The state tables a query needs copied: the small ones always, a large one (index,
+    near-dedup) only when the query names it."""
+    con = engine.connect()
+    try:
+        named = con.get_table_names(text)
+    except duckdb.Error:
+        named = set()  # the query fails on its own, with its own message
+    finally:
+        con.close()
+    return SNAPSHOT_TABLES + tuple(sorted(set(named) - set(SNAPSHOT_TABLES)))
+
+
+def refuse_inside(path: Path, lake_root: Path, what: str) -> None:
+    """Raise when ``path`` is inside the lake folder: read commands never write into the
+    lake (an export or report there could overwrite its state or its data files)."""
+    target, root = Path(path).resolve(), Path(lake_root).resolve()
+    if target == root or root in target.parents:
+        raise LakeError(f"{what} {path} is inside the lake {lake_root}: read commands never "
+                        "write into the lake; choose a path outside it")
+
+
+@contextmanager
+def _state_source(state_path: Path) -> Iterator[tuple[Path, bool]]:
+    """The state file to copy and whether it is the snapshot, held for the copy.
+
+    With no writer, ``state.duckdb`` itself, under a shared lake lock (a writer that starts
+    meanwhile waits for it, milliseconds); while a writer holds the lake, the snapshot it
+    publishes (renamed into place, never written in place: reading it blocks nobody).
+    """
     if not state_path.exists():
         raise LakeError(f"no lake at {state_path.parent} (no state.duckdb): run "
                         "`lakecurate ingest` first, or pass --lake")
-    con = engine.connect()
-    try:
-        con.execute("ATTACH ? AS lake (READ_ONLY)", [str(state_path)])
-    except duckdb.Error as exc:
-        # A running ingest holds the file (DuckDB allows no reader beside a writer process):
-        # read the consistent snapshot of the state tables it publishes instead.
+    with reading(state_path.with_name("lock")) as free:
+        if free:
+            yield state_path, False
+            return
         snapshot = state_path.with_name(SNAPSHOT_NAME)
-        if "lock" not in str(exc).lower():
-            con.close()
-            raise LakeError(f"cannot open {state_path}: {exc}") from exc
-        try:
-            con.execute("ATTACH ? AS lake (READ_ONLY)", [str(snapshot)])
-        except duckdb.Error as exc2:
-            con.close()
-            raise LakeError(
-                f"{state_path} is held by a running ingest and no state snapshot is readable "
-                f"yet ({exc2}); try again in a few seconds") from exc
-    con.execute("USE lake")
+        if not snapshot.exists():
+            raise LakeError(f"{state_path.parent} is held by a running writer that has not "
+                            "published a state snapshot yet; try again in a few seconds")
+        yield snapshot, True
+
+
+def _copy_state(con: duckdb.DuckDBPyConnection, source: Path,
+                tables: Collection[str] | None) -> int | None:
+    """Copy ``tables`` of ``source`` into ``lake``; returns the newest DONE commit's Delta
+    version in it (None before the first)."""
     try:
-        ds = _dataset(documents, version, as_of)
-    except LakeError:
-        con.close()
-        raise
-    except Exception as exc:
-        con.close()
-        raise LakeError(f"cannot read version {version} of {documents}: {exc}") from exc
-    con.register("documents_dataset", _native_local(ds, documents) if ds is not None else pa.table(
-        {f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA}))
-    con.execute(engine.q("views.create"))
-    con.execute("SET enable_external_access = false")
-    con.execute("SET lock_configuration = true")
-    return con
+        con.execute(engine.q("views.attach_source"), {"path": str(source)})
+    except duckdb.Error as exc:
+        raise LakeError(f"cannot read {source}: {exc}") from exc
+    try:
+        for (name,) in con.execute(engine.q("views.source_tables")).fetchall():
+            if tables is None or name in tables:
+                con.execute(engine.q("views.copy_table").format(table=engine.quote_ident(name)))
+        try:
+            row = con.execute(engine.q("views.source_version")).fetchone()
+        except duckdb.Error:
+            row = None  # no commits table: nothing committed
+        return None if row is None or row[0] is None else int(row[0])
+    finally:
+        con.execute(engine.q("views.detach_source"))
+
+
+def _empty() -> pa.Table:
+    return pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA})
 
 
 def dataset_at(documents: Path, version: int | None = None,
                as_of: str | datetime.datetime | None = None) -> pds.Dataset:
     """The documents of one version as an Arrow dataset, ready to register in a reader
     (an empty table before the first commit)."""
-    ds = _dataset(documents, version, as_of)
+    ds = _dataset(documents, resolve_version(documents, version, as_of))
     if ds is None:
-        return pds.dataset(pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA}))
+        return pds.dataset(_empty())
     return _native_local(ds, documents)
 
 
-def _dataset(documents: Path, version: int | None,
-             as_of: str | datetime.datetime | None) -> pds.Dataset | None:
-    """The dataset of the version asked for; an old one is checked to still have its files."""
-    store = DeltaStore(documents)
-    bound = resolve_version(documents, version, as_of)
+def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
+    """The dataset of one version; an old one is checked to still have its files."""
     if bound is None:
         return None  # no commit yet
+    store = DeltaStore(documents)
     try:
         return store.open_version(bound)
     except LookupError as exc:
         raise store.unreadable(bound, exc) from exc
+    except LakeError:
+        raise
+    except Exception as exc:
+        raise LakeError(f"cannot read version {bound} of {documents}: {exc}") from exc
 
 
 def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
@@ -165,14 +255,92 @@ def run(con: duckdb.DuckDBPyConnection, query: str,
     if not statements:
         raise QueryError("empty query")
     for st in statements:
-        kind = str(st.type).rsplit(".", 1)[-1]
-        if kind not in _READ_STATEMENTS:
-            raise ReadOnlyError(
-                f"`lakecurate sql` is read-only: {kind} statements are refused. The lake changes "
-                "only through lakecurate commands (ingest, retry, ...)")
+        _check_reads(con, _kind(st), st.query)
     try:
         rel = con.execute(query, params or {})
         columns = [d[0] for d in rel.description or []]
         return QueryResult(columns, rel.fetchall())
     except duckdb.Error as exc:
         raise QueryError(f"SQL error: {exc}") from exc
+
+
+def _kind(statement: Any) -> str:
+    return str(statement.type).rsplit(".", 1)[-1]
+
+
+def _refused(what: str) -> ReadOnlyError:
+    return ReadOnlyError(f"`lakecurate sql` is read-only: {what} refused. The lake changes only "
+                         "through lakecurate commands (ingest, retry, ...)")
+
+
+def _check_reads(con: duckdb.DuckDBPyConnection, kind: str, text: str) -> None:
+    """Refuse ``text`` (one statement of type ``kind``) unless it only reads."""
+    if kind == "SELECT":
+        _check_select(con, text)
+    elif kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it wraps: judge that
+        inner = _explained(con, text)
+        if len(inner) != 1 or _kind(inner[0]) != "SELECT":
+            raise _refused(f"EXPLAIN of {', '.join(_kind(i) for i in inner) or 'nothing'} is")
+        _check_select(con, inner[0].query)
+    elif kind == "PRAGMA":
+        words = _words(text)
+        name = words[1].lower() if len(words) > 1 else ""
+        if name not in _DESCRIBING_PRAGMAS or "=" in words:
+            raise _refused(f"PRAGMA {name} is")
+    else:
+        raise _refused(f"{kind} statements are")
+
+
+def _check_select(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    """A SELECT whose parse tree holds only query nodes that read."""
+    try:
+        tree = json.loads(con.execute(engine.q("views.serialize"), {"sql": text}).fetchone()[0])  # type: ignore[index]
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc
+    if tree.get("error"):
+        raise _refused("a statement that is not a plain SELECT is")
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str) and kind.endswith("_NODE") and kind not in _SELECT_NODES:
+                raise _refused(f"a SELECT holding a {kind.removesuffix('_QUERY_NODE')} is")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _tokens(text: str) -> list[tuple[int, str]]:
+    """(offset, text) of each token of ``text``, comments left out (DuckDB's tokenizer)."""
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    return [(pos, text[pos:end].strip()) for (pos, kind), end in zip(tokens, ends, strict=True)
+            if kind != duckdb.token_type.comment]
+
+
+def _words(text: str) -> list[str]:
+    return [word for _, word in _tokens(text)]
+
+
+def _explained(con: duckdb.DuckDBPyConnection, text: str) -> list[Any]:
+    """The statement(s) an EXPLAIN wraps: after ``EXPLAIN [ANALYZE]``, and after its
+    ``(options)`` unless the parenthesis is the query itself (``EXPLAIN (SELECT 1)``)."""
+    tokens = _tokens(text)[1:]  # the first is EXPLAIN
+    while tokens and tokens[0][1].upper() in ("ANALYZE", "ANALYSE"):
+        tokens = tokens[1:]
+    if not tokens:
+        return []
+    try:
+        return con.extract_statements(text[tokens[0][0]:])
+    except duckdb.Error:
+        pass  # "(FORMAT json) SELECT ...": options first
+    depth = 0
+    for pos, word in tokens:
+        if depth == 0 and word != "(":
+            try:
+                return con.extract_statements(text[pos:])
+            except duckdb.Error:
+                return []
+        depth += word.count("(") - word.count(")")
+    return []

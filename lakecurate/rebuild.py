@@ -19,6 +19,9 @@ from lakecurate import engine
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.state import StateStore
 
+CONFIG_KEY = "lakecurate.config"
+"""commitInfo key of the pipeline config's TOML text: a lake whose lakecurate.toml was lost
+gets it back from its log (issue 12, D15)."""
 _SPEC_FIELDS = ("source_path", "source_sha256", "format", "chunk_index", "byte_start",
                 "byte_end", "row_group_start", "row_group_end", "first_line", "input_sha256",
                 "input_bytes")
@@ -35,27 +38,57 @@ class ResyncReport:
 
 
 def _log_commits(delta: DeltaStore) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Every lakecurate commit in the log (oldest first), and the newest record per chunk."""
+    """Every lakecurate commit in the log (oldest first), and per chunk the record of the
+    commit that wrote the rows it has now.
+
+    A chunk can be committed more than once (decided again after a supersede, or back after its
+    bytes returned), and a restore to version V brings back the records as they were at V.
+    """
     dt = delta.table()
     if dt is None:
         return [], {}
-    commits, latest = [], {}
+    commits: list[dict[str, Any]] = []
+    history: list[tuple[int, str, dict[str, Any]]] = []  # (version, chunk key, record)
+    restores: dict[int, int] = {}  # version of a restore commit -> the version it restored
     for entry in sorted(dt.history(), key=lambda e: int(e["version"])):
         if "lakecurate.seq" not in entry:
             continue
         key = entry.get("lakecurate.chunk_key")
-        kind = "APPEND" if key else ("SUPERSEDE" if "lakecurate.superseded" in entry
-                                     else str(entry.get("operation", "OTHER")))
+        version = int(entry["version"])
+        kind = ("REDECIDE" if "lakecurate.redecided" in entry else "APPEND") if key else (
+            "SUPERSEDE" if "lakecurate.superseded" in entry
+            else "RESTORE" if "lakecurate.restored" in entry
+            else str(entry.get("operation", "OTHER")))
         keys = [key] if key else [k for k in entry.get("lakecurate.superseded", "").split(",")
                                   if k]
         commits.append({"seq": int(entry["lakecurate.seq"]), "kind": kind, "chunk_keys": keys,
-                        "run_id": entry.get("lakecurate.run_id"),
-                        "delta_version": int(entry["version"])})
+                        "run_id": entry.get("lakecurate.run_id"), "delta_version": version})
         if key and "lakecurate.result" in entry:
-            latest[key] = json.loads(entry["lakecurate.result"]) | {
-                "seq": int(entry["lakecurate.seq"]), "delta_version": int(entry["version"]),
-                "run_id": entry.get("lakecurate.run_id")}
-    return commits, latest
+            history.append((version, key, json.loads(entry["lakecurate.result"]) | {
+                "seq": int(entry["lakecurate.seq"]), "delta_version": version,
+                "run_id": entry.get("lakecurate.run_id")}))
+        if kind == "RESTORE":
+            restores[version] = int(entry["lakecurate.restored"])
+    return commits, _records_at(history, restores, None)
+
+
+def _records_at(history: list[tuple[int, str, dict[str, Any]]], restores: dict[int, int],
+                upto: int | None) -> dict[str, dict[str, Any]]:
+    """The newest record per chunk as of version ``upto`` (None: the latest), following
+    restores: after a restore to V the records are those as of V, then later ones on top."""
+    latest: dict[str, dict[str, Any]] = {}
+    events = sorted([(v, 1, None) for v in restores] + [(v, 0, i) for i, (v, _, _) in
+                                                         enumerate(history)])
+    for version, is_restore, i in events:
+        if upto is not None and version > upto:
+            break
+        if is_restore:
+            latest = _records_at(history, restores, restores[version])
+        else:
+            assert i is not None
+            _, key, record = history[i]
+            latest[key] = record
+    return latest
 
 
 def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
@@ -67,7 +100,7 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
         rows = None
     else:
         rows = ds.to_table(columns=["id", "id_given", "kept", "reason", "content_hash",
-                                    "chunk_key"])
+                                    "chunk_key", "dup_of"])
         present = pa.table({"chunk_key": pc.unique(rows["chunk_key"])})
     present_keys = set(present["chunk_key"].to_pylist())
     records = [
@@ -102,6 +135,9 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
                 con.register("table_rows", rows)
                 con.execute(engine.q("state.index_from_table"))
                 con.execute(engine.q("state.ids_from_table"))
+                dangling = [r[0] for r in con.execute(
+                    engine.q("state.dangling_chunks")).fetchall()]
+                con.execute(engine.q("state.queue_redecide"), {"keys": dangling})
                 con.unregister("table_rows")
             if con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
                 con.execute(engine.q("state.near_forget_absent_bands"))
@@ -115,3 +151,41 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
                 con.unregister(name)
     return ResyncReport(len(present_keys), absent, back,
                         int(after[0]) - int(before[0]))  # type: ignore[index]
+
+
+def catch_up(state: StateStore, delta: DeltaStore) -> str | None:
+    """Rebuild a state that is behind the Delta log (deleted, an old backup) before anything
+    commits on top of it; returns a note when it did.
+
+    Commit seqs are app-transaction versions: a state that does not know the log's newest one
+    would number new commits below it, and delta-rs does not refuse that, so every chunk the
+    stale state calls PENDING would be committed a second time (issue 12, D3).
+    """
+    watermark = delta.watermark()
+    known = state.last_seq()
+    if watermark <= known:  # an open intent above the watermark is reconcile's job
+        return None
+    state.con.execute(engine.q("verify.drop_intents"))
+    out = resync(state, delta)
+    if state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        with state.transaction():  # rebuilt from the committed text by the next ingest
+            state.con.execute(engine.q("dedup.clear_bands"))
+            state.con.execute(engine.q("dedup.clear_docs"))
+    return (f"the state knew commits up to seq {known} but the table's log holds seq "
+            f"{watermark} (a deleted or restored-from-backup state.duckdb?): re-derived it "
+            f"from the log ({out.chunks_in_table} chunk(s) committed) before going on")
+
+
+def logged_config(delta: DeltaStore) -> tuple[str | None, str | None]:
+    """(config TOML text, config hash) of the newest chunk commit in the log that names them:
+    the decisions the lake's documents were made with, whatever happened to lakecurate.toml."""
+    dt = delta.table()
+    if dt is None:
+        return None, None
+    text, digest = None, None
+    for entry in dt.history():  # newest first
+        digest = digest or entry.get("lakecurate.config_hash") or None
+        text = entry.get(CONFIG_KEY)
+        if text or digest:
+            return text, digest
+    return None, None

@@ -21,6 +21,7 @@ from typing import Any
 
 from lakecurate import __version__, engine, history, query
 from lakecurate.lake.delta import DeltaStore, utc_text
+from lakecurate.state import SNAPSHOT_TABLES
 
 _W = 640  # chart width in px
 _COLORS = {"before": "#b8c2cc", "after": "#2b6cb0", "drop": "#e07a5f", "near": "#81b29a",
@@ -199,7 +200,7 @@ def _throughput(entries: Sequence[dict[str, Any]]) -> tuple[str, str]:
 
 def render(state: Path, documents: Path, version: int | None) -> str:
     """The report page as a string."""
-    con = query.open_reader(state, documents, version)
+    con = query.open_reader(state, documents, version, tables=SNAPSHOT_TABLES)
     try:
         def run(name: str) -> list[tuple[Any, ...]]:
             return query.run(con, engine.q(f"report.{name}")).rows
@@ -288,7 +289,9 @@ def render(state: Path, documents: Path, version: int | None) -> str:
 
 
 def write_report(state: Path, documents: Path, version: int | None, out: Path) -> Path:
-    """Render the report and write it atomically to ``out``; returns ``out``."""
+    """Render the report and write it atomically to ``out``; returns ``out``. A path inside
+    the lake is refused (``report --html LAKE/state.duckdb`` must not replace the state)."""
+    query.refuse_inside(out, state.parent, "the report")
     text = render(state, documents, version)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp_{os.getpid()}")

@@ -29,6 +29,7 @@ from lakecurate.lock import LakeLock
 from lakecurate.near import NearDedup
 from lakecurate.plan import make_plan
 from lakecurate.progress import NullReporter, Reporter
+from lakecurate.rebuild import catch_up
 from lakecurate.state import SNAPSHOT_NAME, StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 from lakecurate.worker import minhash_config, read_staged_result, staged_name
@@ -87,6 +88,7 @@ class IngestReport:
     rows_in: int = 0
     rows_kept: int = 0
     rows_superseded: int = 0
+    chunks_redecided: int = 0  # committed chunks decided again: they pointed at removed rows
     dead: list[tuple[str, str]] = field(default_factory=list)
     file_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -103,7 +105,8 @@ class IngestReport:
             return "DEAD_CHUNKS"
         if self.file_errors:
             return "FILE_ERRORS"
-        return "OK" if self.chunks_todo or self.rows_superseded else "NOTHING_TO_DO"
+        changed = self.chunks_todo or self.rows_superseded or self.chunks_redecided
+        return "OK" if changed else "NOTHING_TO_DO"
 
 
 def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | None = None,
@@ -148,27 +151,46 @@ def ingest(paths: LakePaths, inputs: list[str], cfg: Config, *, workers: int | N
 def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
             verify: bool, reporter: Reporter, state: StateStore, report: IngestReport) -> None:
     delta = DeltaStore(paths.documents)
+    if note := catch_up(state, delta):
+        report.notes.append(note)
     index = MembershipIndex(state.con)
     near = None
     if cfg.near_dedup.enabled:
         near_index = NearDedupIndex(state.con, minhash_config(cfg), cfg.near_dedup.link)
         near_index.create_schema()
         near = NearDedup(near_index, near_index.cfg)
-    committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact, near)
+    decisions = configuration.to_toml(cfg)
+    committer = Committer(state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact, near,
+                          config_text=decisions)
     report.notes += committer.reconcile(paths.staging)
-    if near is not None and (note := near.rebuild_if_lost(state, delta)):
+    if near is not None and (note := near.catch_up(state, delta)):
         report.notes.append(note)
     report.notes += index.open_tier1(paths.index)
     for leftover in paths.root.glob("*.tmp_*"):  # e.g. a snapshot cut off by a kill
         leftover.unlink(missing_ok=True)
     state.reset_running(report.run_id)
+    try:  # the Bloom files are saved however the run ends, "nothing to do" included (D16)
+        _plan_and_run(paths, inputs, cfg, workers, verify, reporter, state, report, committer,
+                      decisions)
+    finally:
+        committer.close()
+        index.save_tier1(paths.index)
+        report.index = index.stats.as_dict()
+        state.put_meta("index.last_run", json.dumps(report.index))
 
-    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
+
+def _plan_and_run(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | None,
+                  verify: bool, reporter: Reporter, state: StateStore, report: IngestReport,
+                  committer: Committer, decisions: str) -> None:
+    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter,
+                     lake=paths.root)
     report.files, report.files_read = plan.files, plan.files_read
     report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
     report.chunks_planned = len(plan.specs)
-    # Superseded rows leave the table before any new chunk is deduplicated against them.
+    # Superseded rows leave the table, and the chunks that pointed at them are decided again,
+    # before any new chunk is deduplicated against the lake.
     report.rows_superseded = committer.supersede(plan.superseded)
+    report.chunks_redecided = committer.redecided
     state.mark_superseded(plan.retired, report.run_id)
     state.add_planned(plan.fresh, plan.sources, report.run_id)
     state.publish_snapshot(paths.snapshot)
@@ -184,18 +206,10 @@ def _ingest(paths: LakePaths, inputs: list[str], cfg: Config, workers: int | Non
     if not todo:
         return
     order = WorkOrder(staging_dir=str(paths.staging), run_id=report.run_id,
-                      config_hash=cfg.hash, exact_dedup=cfg.dedup.exact,
-                      decisions=configuration.to_toml(cfg))
+                      config_hash=cfg.hash, exact_dedup=cfg.dedup.exact, decisions=decisions)
     n_workers = workers or cfg.ingest.workers or default_workers()
-    try:
-        _Scheduler(state, committer, reporter, report, cfg, order, n_workers,
-                   paths.snapshot).run(
-            [specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
-    finally:
-        committer.close()
-        index.save_tier1(paths.index)
-        report.index = index.stats.as_dict()
-        state.put_meta("index.last_run", json.dumps(report.index))
+    _Scheduler(state, committer, reporter, report, cfg, order, n_workers,
+               paths.snapshot).run([specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
 
 
 class _Scheduler:

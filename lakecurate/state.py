@@ -145,14 +145,23 @@ class StateStore:
         """
         out: dict[str, list[tuple[ChunkSpec, Status]]] = {}
         for row in self._x("state.chunks_of_sources", {"paths": list(paths)}).fetchall():
-            (key, src, src_sha, fmt, idx, first, sha, nbytes, b0, b1, g0, g1, status) = row
-            out.setdefault(src, []).append((
-                ChunkSpec(chunk_key=key, source_path=src, source_sha256=src_sha,
-                          format=Format(fmt), chunk_index=idx, first_line=first,
-                          input_sha256=sha, input_bytes=nbytes, byte_start=b0, byte_end=b1,
-                          row_group_start=g0, row_group_end=g1),
-                Status(status)))
+            spec = _spec(row)
+            out.setdefault(spec.source_path, []).append((spec, Status(row[-1])))
         return out
+
+    def chunks_under(self, folder: str) -> dict[str, list[tuple[ChunkSpec, Status]]]:
+        """Live chunks of every source below ``folder``, grouped by path."""
+        out: dict[str, list[tuple[ChunkSpec, Status]]] = {}
+        prefix = folder.rstrip(os.sep) + os.sep
+        for row in self._x("state.chunks_under", {"prefix": prefix}).fetchall():
+            spec = _spec(row)
+            out.setdefault(spec.source_path, []).append((spec, Status(row[-1])))
+        return out
+
+    def forget_sources(self, paths: Sequence[str]) -> None:
+        """Drop stat-cache rows of inputs that are gone (a file that comes back is read)."""
+        if paths:
+            self._x("state.forget_sources", {"paths": list(paths)})
 
     def add_planned(self, specs: Sequence[ChunkSpec], sources: Sequence[Any],
                     run_id: str) -> None:
@@ -223,8 +232,13 @@ class StateStore:
 
     # -- the commit protocol ----------------------------------------------------------------
     def begin_commit(self, kind: str, keys: Sequence[str], run_id: str,
-                     version_before: int) -> int:
-        """Record the intent of a Delta commit (and its chunks as COMMITTING); returns seq."""
+                     version_before: int, redecide: Sequence[str] = ()) -> int:
+        """Record the intent of a Delta commit (and its chunks as COMMITTING); returns seq.
+
+        A SUPERSEDE also queues the chunks it makes stale (``redecide``) in the same
+        transaction; a REDECIDE leaves its chunk SUCCESS (its old rows stay until the new ones
+        replace them in one Delta commit).
+        """
         with self.transaction():
             seq = int(self._x("state.next_seq").fetchone()[0])  # type: ignore[index]
             self._x("state.insert_commit", {
@@ -233,18 +247,63 @@ class StateStore:
             if kind == "APPEND":
                 self._event(keys, Status.COMMITTING, f"commit seq {seq}", run_id)
                 self._x("state.mark_committing", {"seq": seq, "keys": list(keys)})
+            if redecide:
+                self._event(redecide, Status.SUCCESS, f"queued for new lake-wide decisions: "
+                            f"commit seq {seq} removes documents it refers to", run_id)
+                self._x("state.queue_redecide", {"keys": list(redecide)})
         return seq
+
+    def last_seq(self) -> int:
+        """The highest commit seq this state knows (0 for a new one)."""
+        return int(self._x("state.last_seq").fetchone()[0])  # type: ignore[index]
 
     def open_intents(self) -> list[tuple[int, str, list[str], int, int]]:
         return [tuple(r) for r in self._x("state.open_intents").fetchall()]  # type: ignore[misc]
 
-    def abandon_intent(self, seq: int, keys: Sequence[str], run_id: str) -> None:
-        """A commit that never reached Delta: forget it; its chunks go back to PENDING."""
+    def abandon_intent(self, seq: int, kind: str, keys: Sequence[str], run_id: str) -> None:
+        """A commit that never reached Delta: forget it; an APPEND's chunks go back to PENDING
+        (a REDECIDE's chunk stays SUCCESS and queued, its old rows untouched)."""
         with self.transaction():
-            self._event(keys, Status.PENDING,
-                        f"commit seq {seq} was interrupted before Delta; will commit again", run_id)
-            self._x("state.uncommit_chunks", {"keys": list(keys)})
+            if kind == "APPEND":
+                self._event(keys, Status.PENDING, f"commit seq {seq} was interrupted before "
+                            "Delta; will commit again", run_id)
+                self._x("state.uncommit_chunks", {"keys": list(keys)})
             self._x("state.drop_intent", {"seq": seq})
+
+    # -- new lake-wide decisions for committed chunks (issue 12) ----------------------------
+    def redecide_queue(self) -> list[str]:
+        """Chunks queued for new decisions that are still committed, in commit order."""
+        self._x("state.drop_stale_redecide")
+        return [r[0] for r in self._x("state.redecide_queue").fetchall()]
+
+    def unqueue_redecide(self, keys: Sequence[str]) -> None:
+        self._x("state.unqueue_redecide", {"keys": list(keys)})
+
+    def commit_seqs(self, keys: Sequence[str]) -> list[int]:
+        """The commit seqs of these chunks' rows (the band index keys documents by them)."""
+        if not keys:
+            return []
+        return [int(r[0]) for r in self._x("state.commit_seqs_of", {"keys": list(keys)}).fetchall()]
+
+    def spec_of(self, key: str) -> ChunkSpec | None:
+        """The spec of one chunk as the ledger holds it."""
+        row = self._x("state.spec_of_key", {"key": key}).fetchone()
+        return None if row is None else _spec(row)
+
+    def result_of(self, key: str, rows_in: int) -> ChunkResult:
+        """A committed chunk's worker result, as far as a re-decision needs it: its counts,
+        gates, redactions and the worker's funnel steps (the lake-wide ones are made again)."""
+        rec = self._x("state.chunk_record", {"key": key}).fetchone()
+        malformed, worker, gates, redactions = (rec[1] or 0, rec[2] or "", rec[3], rec[4]) \
+            if rec else (0, "", None, None)
+        funnel = [(str(a), int(b), int(c)) for a, b, c in
+                  self._x("state.chunk_funnel", {"key": key}).fetchall()
+                  if a not in ("duplicate_id", "exact_dup", "near_dup")]
+        return ChunkResult(chunk_key=key, staged_path="", input_sha256="", config_hash="",
+                           rows_in=rows_in, rows_kept=0, rows_dropped=0,
+                           rows_malformed=int(malformed), blank_lines=0, filter_stats=funnel,
+                           worker=worker, gate_violations=gates.split("; ") if gates else [],
+                           redactions=json.loads(redactions) if redactions else {})
 
     def finish_append(self, seq: int, result: ChunkResult, version: int, kept: pa.Table,
                       funnel: Sequence[tuple[str, int, int]], run_id: str,
@@ -261,8 +320,9 @@ class StateStore:
             faults.hit("during_state_update", key)
             self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
             rows_kept = kept.num_rows
+            self.unqueue_redecide([key])
             self._x("state.succeed_chunk", {
-                "key": key, "version": version, "rows_in": result.rows_in,
+                "key": key, "version": version, "seq": seq, "rows_in": result.rows_in,
                 "rows_kept": rows_kept,
                 "rows_dropped": result.rows_in - rows_kept - result.rows_malformed,
                 "rows_malformed": result.rows_malformed, "worker": result.worker or None,
@@ -306,3 +366,11 @@ class StateStore:
                 self._event(keys, Status.SUPERSEDED, "input changed before it was committed",
                             run_id)
                 self._x("state.supersede_chunks", {"keys": list(keys)})
+
+
+def _spec(row: Sequence[Any]) -> ChunkSpec:
+    """A ChunkSpec from a row of ``state.chunks_of_sources`` / ``state.spec_of_key``."""
+    (key, src, src_sha, fmt, idx, first, sha, nbytes, b0, b1, g0, g1, _status) = row
+    return ChunkSpec(chunk_key=key, source_path=src, source_sha256=src_sha, format=Format(fmt),
+                     chunk_index=idx, first_line=first, input_sha256=sha, input_bytes=nbytes,
+                     byte_start=b0, byte_end=b1, row_group_start=g0, row_group_end=g1)

@@ -87,7 +87,7 @@ class ChunkResult:
 # The schema of the Delta table `documents`: one row per input record, kept or not.
 DOCUMENT_SCHEMA = pa.schema([
     pa.field("id", pa.string(), nullable=False),
-    pa.field("id_given", pa.bool_(), nullable=False),  # false: derived as <file name>:<line>
+    pa.field("id_given", pa.bool_(), nullable=False),  # false: derived as <source path>:<line>
     pa.field("text", pa.string()),
     pa.field("meta", pa.string()),            # the record's other fields, as JSON
     pa.field("raw", pa.binary()),             # the raw bytes of a record that did not parse

@@ -20,6 +20,7 @@ from typing import Any
 from lakecurate import engine, export, query, report
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.state import SNAPSHOT_TABLES
 
 
 @dataclass
@@ -48,13 +49,13 @@ def explain(state: Path, documents: Path, doc_id: str,
     value are skipped and only matching rows are materialised.
     """
     started = time.perf_counter()
-    con = query.open_reader(state, documents, version)
+    con = query.open_reader(state, documents, version, tables=SNAPSHOT_TABLES)
     try:
         rows = query.run(con, engine.q("history.explain"), {"id": doc_id})
         if not rows.rows:
             where = "the latest version" if version is None else f"version {version}"
             raise LakeError(f"no document with id {doc_id!r} in {where} of the lake: ids are "
-                            "the source's own `id`, or <file name>:<line> when it had none")
+                            "the source's own `id`, or <source path>:<line> when it had none")
         found = rows.dicts()
         related = query.QueryResult(["relation", "id", "kept", "reason", "cluster_id",
                                      "chunk_key", "source_line"], [])
@@ -82,11 +83,12 @@ class LakeVersion:
     @classmethod
     def bind(cls, state: Path, documents: Path, version: int | None = None,
              as_of: str | datetime.datetime | None = None) -> LakeVersion:
-        """Resolve ``version`` / ``as_of`` now, so every later call reads the same version."""
+        """Resolve ``version`` / ``as_of`` now, so every later call reads the same version
+        (with neither, the latest; while a writer runs, the one its state snapshot names)."""
         if not state.exists():
             raise LakeError(f"no lake at {state.parent} (no state.duckdb): run "
                             "`lakecurate ingest` first, or pass --lake")
-        return cls(state, documents, query.resolve_version(documents, version, as_of))
+        return cls(state, documents, query.reader_version(state, documents, version, as_of))
 
     @property
     def timestamp(self) -> datetime.datetime | None:
@@ -101,7 +103,8 @@ class LakeVersion:
 
     def sql(self, text: str, params: dict[str, Any] | None = None) -> query.QueryResult:
         """A read-only query with ``documents`` / ``docs`` / ``rejects`` of this version."""
-        con = query.open_reader(self.state, self.documents, self.version)
+        con = query.open_reader(self.state, self.documents, self.version,
+                                tables=query.tables_for(text))
         try:
             return query.run(con, text, params)
         finally:

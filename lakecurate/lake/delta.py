@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
@@ -27,6 +31,47 @@ from lakecurate.types import DOCUMENT_SCHEMA
 
 APP_ID = "lakecurate"
 PARTITION_BY = ["kept"]
+LOG_DIR = "_delta_log"
+
+
+class FilesMissingError(LookupError):
+    """Data files a version needs are gone; ``vacuumed`` when the log's vacuums explain it."""
+
+    def __init__(self, message: str, vacuumed: bool) -> None:
+        super().__init__(message)
+        self.vacuumed = vacuumed
+
+
+def open_table(path: Path, version: int | None = None) -> DeltaTable:
+    """``DeltaTable(path)``, its failures as one ``LakeError`` line saying what to do.
+
+    A damaged checkpoint or a torn commit file makes delta-rs fail (with a Rust backtrace in
+    the message when RUST_BACKTRACE is set, or a panic); every command opens the table here,
+    so none of them shows that. ``TableNotFoundError`` passes through: no table yet.
+    """
+    try:
+        if version is None:
+            return DeltaTable(str(path))
+        return DeltaTable(str(path), version=version)
+    except TableNotFoundError:
+        raise
+    except BaseException as exc:  # pyo3's PanicException derives from BaseException
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        at = "" if version is None else f" at version {version}"
+        raise LakeError(f"cannot open the Delta table {path}{at}: {one_line(exc)}; run "
+                        "`lakecurate verify --repair` (it sets aside a damaged checkpoint or a "
+                        "torn last commit file, or says what to do)") from exc
+
+
+def read_history(dt: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+    """``dt.history(limit)``, a damaged commit file as one ``LakeError`` line (a checkpoint
+    can let the table open while a commit file it covers no longer parses)."""
+    try:
+        return list(dt.history(limit))
+    except (DeltaError, OSError, ValueError) as exc:
+        raise LakeError(f"cannot read the history of the Delta table: {one_line(exc)}; run "
+                        "`lakecurate verify` to find the damaged commit file") from exc
 
 
 class DeltaStore:
@@ -40,11 +85,9 @@ class DeltaStore:
         """The table at its latest version, or None before the first commit."""
         if self._dt is None:
             try:
-                self._dt = DeltaTable(str(self.path))
+                self._dt = open_table(self.path)
             except TableNotFoundError:
                 return None
-            except DeltaError as exc:
-                raise LakeError(f"cannot open the Delta table {self.path}: {exc}") from exc
         return self._dt
 
     def version(self) -> int:
@@ -60,14 +103,23 @@ class DeltaStore:
         return CommitProperties(app_transactions=[Transaction(APP_ID, seq)],
                                 custom_metadata={"lakecurate.seq": str(seq), **metadata})
 
-    def append(self, rows: pa.Table, seq: int, metadata: dict[str, str]) -> int:
-        """Append one chunk's rows as one transactional commit; returns the new version."""
+    def append(self, rows: pa.Table, seq: int, metadata: dict[str, str],
+               replace: bool = False) -> int:
+        """Append one chunk's rows as one transactional commit; returns the new version.
+
+        With ``replace``, the same commit also removes the rows the chunk already has (a
+        predicate overwrite): a re-decided chunk is never absent nor doubled.
+        """
         dt = self.table()
         target: Any = dt if dt is not None else str(self.path)
         started_ns = time.time_ns()
         try:
             faults.hit("delta_write", metadata.get("lakecurate.chunk_key", ""))  # tests: ENOSPC
-            write_deltalake(target, rows.cast(DOCUMENT_SCHEMA), mode="append",
+            key = metadata.get("lakecurate.chunk_key", "")
+            write_deltalake(target, rows.cast(DOCUMENT_SCHEMA),
+                            mode="overwrite" if replace else "append",
+                            predicate=("chunk_key = '" + key.replace("'", "''") + "'"
+                                       if replace else None),
                             partition_by=PARTITION_BY,
                             commit_properties=self._props(seq, metadata))
         except (DeltaError, OSError) as exc:
@@ -115,7 +167,7 @@ class DeltaStore:
         dt = self.table()
         if dt is None:
             return None
-        for entry in dt.history(limit):
+        for entry in read_history(dt, limit):
             if entry.get("lakecurate.seq") == str(seq):
                 return entry
         return None
@@ -124,7 +176,7 @@ class DeltaStore:
         """An Arrow dataset of a version (filter and projection push down into Parquet)."""
         if self.table() is None:
             return None
-        dt = DeltaTable(str(self.path), version=version) if version is not None else self.table()
+        dt = open_table(self.path, version) if version is not None else self.table()
         assert dt is not None
         return dt.to_pyarrow_dataset()
 
@@ -166,6 +218,121 @@ class DeltaStore:
             return []
         return [p for p in self.path.rglob("*.parquet") if "_delta_log" not in p.parts]
 
+    # -- what verify needs: the log's own health, and each live file's story ----------------
+
+    def log_damage(self) -> list[tuple[str, list[Path]]]:
+        """Damage in ``_delta_log`` that stops the table from opening (or its history from being
+        read): (what is wrong, the files ``set_aside_log`` moves away to fix it). No files
+        means lakecurate cannot fix it; the text then says what to do.
+
+        Safe to set aside: a damaged checkpoint whose commits are all still in the log (they
+        describe the same table), a ``_last_checkpoint`` hint that points nowhere useful (the
+        log is listed without it), and the last commit file when it is not even JSON (a torn
+        write: it never took effect for anyone who could read it). Nothing else.
+        """
+        log = self.path / LOG_DIR
+        if not log.is_dir():
+            return []
+        commits: dict[int, Path] = {}
+        checkpoints: dict[int, list[Path]] = {}
+        for path in log.iterdir():
+            stem = path.name.split(".", 1)[0]
+            if not stem.isdigit():
+                continue
+            if path.name == f"{stem}.json":
+                commits[int(stem)] = path
+            elif ".checkpoint." in path.name and path.name.endswith(".parquet"):
+                checkpoints.setdefault(int(stem), []).append(path)
+        found: list[tuple[str, list[Path]]] = []
+        bad = {v: why for v in checkpoints
+               if (why := next(filter(None, map(_parquet_damage, checkpoints[v])), None))}
+        intact = [v for v in checkpoints if v not in bad]
+        for v, why in sorted(bad.items()):
+            names = ", ".join(sorted(p.name for p in checkpoints[v]))
+            base = max((c for c in intact if c < v), default=-1)
+            if all(n in commits for n in range(base + 1, v + 1)):
+                found.append((f"damaged checkpoint {names} ({why}); the commit files before it "
+                              "still describe the table", sorted(checkpoints[v])))
+            else:
+                found.append((f"damaged checkpoint {names} ({why}), and the commit files it "
+                              "stands for were cleaned up: put back an intact copy of it from "
+                              "a backup", []))
+        hint = log / "_last_checkpoint"
+        if hint.exists():
+            try:
+                named: int | None = int(json.loads(hint.read_bytes())["version"])
+                problem = ("names the damaged checkpoint" if named in bad else
+                           "names a checkpoint that does not exist"
+                           if named not in checkpoints else "")
+            except (OSError, ValueError, KeyError, TypeError):
+                named, problem = None, "is unreadable"
+            if problem:
+                found.append((f"{hint.name} {problem}"
+                              + (f" {named}" if named is not None else "")
+                              + " (only a hint: the log is listed without it)", [hint]))
+        last = max(commits, default=-1)
+        for v in sorted(commits):
+            why = _commit_damage(commits[v])
+            if why is None:
+                continue
+            if v == last and v > max(checkpoints, default=-1):
+                found.append((f"torn last commit file {commits[v].name} ({why}): it never "
+                              "completed; setting it aside makes version "
+                              f"{v - 1} the latest again", [commits[v]]))
+            else:
+                found.append((f"damaged commit file {commits[v].name} ({why}), not a torn last "
+                              "commit: put back an intact copy of it from a backup "
+                              "(lakecurate can only set aside a torn last commit)", []))
+        return found
+
+    def set_aside_log(self, quarantine: Path) -> list[str]:
+        """Move the log files ``log_damage`` can fix into ``quarantine`` (never delete them);
+        returns what was moved."""
+        done = []
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        for _, paths in self.log_damage():
+            for path in paths:
+                quarantine.mkdir(parents=True, exist_ok=True)
+                dest = quarantine / f"{stamp}-{path.name}"
+                shutil.move(path, dest)
+                done.append(f"moved {path} to {dest}")
+        self._dt = None
+        return done
+
+    def live_files(self) -> list[dict[str, Any]]:
+        """Each data file of the latest version: ``path`` (absolute), ``rel``, ``rows`` and
+        the ``chunk_keys`` range its statistics give (first and last key)."""
+        dt = self.table()
+        if dt is None:
+            return []
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        cols = {c: actions[c].to_pylist() if c in actions.column_names else
+                [None] * actions.num_rows
+                for c in ("path", "num_records", "min.chunk_key", "max.chunk_key")}
+        return [{"rel": unquote(rel), "path": str(self.path / unquote(rel)), "rows": rows,
+                 "chunk_keys": sorted({k for k in (lo, hi) if k is not None})}
+                for rel, rows, lo, hi in zip(cols["path"], cols["num_records"],
+                                             cols["min.chunk_key"], cols["max.chunk_key"],
+                                             strict=True)]
+
+    def added_in(self) -> dict[str, int]:
+        """Data file (relative path) -> the version whose commit added it, from the commit
+        files still in the log (a file added before a cleaned-up commit is absent)."""
+        out: dict[str, int] = {}
+        log = self.path / LOG_DIR
+        names = sorted(p.name for p in log.glob("*.json")) if log.is_dir() else []
+        for name in names:
+            stem = name.split(".", 1)[0]
+            if not stem.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                for line in (log / name).read_text(encoding="utf-8").splitlines():
+                    if '"add"' in line:
+                        add = json.loads(line).get("add") or {}
+                        if "path" in add:
+                            out[unquote(add["path"])] = int(stem)
+        return out
+
     # -- the read side of time travel, and maintenance (issue 3) ---------------------------
     # Versions are read through the log, never assumed: a version exists when its commit is
     # still in the log (or covered by a checkpoint) and no vacuum removed a file it needs.
@@ -196,11 +363,11 @@ class DeltaStore:
         if dt is None:
             return []
         dt.update_incremental()
-        return sorted(dt.history(), key=lambda e: int(e["version"]))
+        return sorted(read_history(dt), key=lambda e: int(e["version"]))
 
     def files_at(self, version: int) -> dict[str, int]:
         """Data file -> rows of one version, from the log's add actions (file statistics)."""
-        dt = DeltaTable(str(self.path), version=version)
+        dt = open_table(self.path, version)
         actions = pa.table(dt.get_add_actions(flatten=True))
         return dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(),
                         strict=True))
@@ -215,11 +382,17 @@ class DeltaStore:
         try:
             dt = DeltaTable(str(self.path), version=version)
         except (DeltaError, OSError) as exc:
-            raise LookupError(f"the log cannot reconstruct version {version}: {exc}") from exc
+            raise LookupError(f"the log cannot reconstruct version {version}: "
+                              f"{one_line(exc)}") from exc
         missing = [p for p in dt.file_uris() if "://" not in p and not os.path.exists(p)]
         if missing:
-            raise LookupError(f"{len(missing)} data file(s) of version {version} were removed "
-                              f"by vacuum, e.g. {missing[0]}")
+            # Only a vacuum the log records, with this version behind its horizon, explains
+            # missing files; anything else is damage, and saying "vacuum" would mislead.
+            vacuumed = version < self.readable_range()[0]
+            raise FilesMissingError(
+                f"{len(missing)} data file(s) of version {version} "
+                + ("were removed by vacuum" if vacuumed else "are missing (no vacuum removed "
+                   "them)") + f", e.g. {missing[0]}", vacuumed)
         return self._fast_dataset(dt) or dt.to_pyarrow_dataset()
 
     def _fast_dataset(self, dt: DeltaTable) -> pds.Dataset | None:
@@ -269,7 +442,8 @@ class DeltaStore:
                 target_size=target_size,
                 commit_properties=CommitProperties(custom_metadata=metadata)))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"compaction failed: {exc}; nothing changed, re-run it") from exc
+            raise CommitError(f"compaction failed: {one_line(exc)}; nothing changed, "
+                              "re-run it") from exc
         finally:
             self._dt = None
 
@@ -299,7 +473,7 @@ class DeltaStore:
                                   enforce_retention_duration=False,
                                   commit_properties=CommitProperties(custom_metadata=metadata)))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"vacuum failed: {exc}; re-run it") from exc
+            raise CommitError(f"vacuum failed: {one_line(exc)}; re-run it") from exc
         finally:
             self._dt = None
 
@@ -313,7 +487,7 @@ class DeltaStore:
         try:
             dt.create_checkpoint()
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"checkpoint failed: {exc}; re-run it") from exc
+            raise CommitError(f"checkpoint failed: {one_line(exc)}; re-run it") from exc
         return dt.version()
 
     def readable_range(self, entries: list[dict[str, Any]] | None = None) -> tuple[int, int]:
@@ -359,12 +533,45 @@ class DeltaStore:
                         f"{_describe(earliest, latest, stamps)}")
 
     def unreadable(self, version: int, why: object) -> LakeError:
-        """The error for a version inside the log whose files are gone (vacuumed)."""
+        """The error for a version inside the log whose files are gone (vacuumed or lost)."""
+        if isinstance(why, FilesMissingError) and not why.vacuumed:
+            return LakeError(f"version {version} cannot be read: {why}; put the missing "
+                             "file(s) back, or `lakecurate restore` a version that does not "
+                             "need them (`lakecurate verify` lists every missing file)")
         entries = self.log_entries()
         earliest, latest = self.readable_range(entries)
         stamps = {int(e["version"]): int(e["timestamp"]) for e in entries}
         return LakeError(f"version {version} can no longer be read ({why}): "
                          f"{_describe(earliest, latest, stamps)}")
+
+
+def _parquet_damage(path: Path) -> str | None:
+    """Why a Parquet file (a checkpoint) cannot be read whole, or None when it can."""
+    try:
+        pq.read_table(path).validate(full=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        return one_line(exc) or type(exc).__name__
+    return None
+
+
+def _commit_damage(path: Path) -> str | None:
+    """Why a commit file is not a Delta commit (one JSON action per line), or None."""
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except OSError as exc:
+        return one_line(exc)
+    if not lines:
+        return "empty"
+    for number, line in enumerate(lines, 1):
+        try:
+            action = json.loads(line)
+        except ValueError:
+            return f"line {number} is not JSON"
+        if not isinstance(action, dict):
+            return f"line {number} is not a Delta action"
+    return None
 
 
 def utc_text(ms: int) -> str:

@@ -208,3 +208,25 @@ GROUP BY d.cluster_id
 HAVING count(*) > 1
 ORDER BY size DESC, d.cluster_id
 LIMIT $limit;
+
+-- name: forget_seqs
+-- Forget every document of these commits (doc_seq = commit seq << 32 | row): their chunks left
+-- the table, or are about to be decided again.
+DELETE FROM minhash_bands WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]));
+
+-- name: forget_docs_seqs
+DELETE FROM minhash_docs WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]));
+
+-- name: unindexed_chunks
+-- Committed chunks with no document in the band index, in commit order: committed by a command
+-- that does not run near dedup (a crash finalised by `compact` or `verify --repair`), or a state
+-- rebuilt from the log. Chunks without a near-dedup candidate come back too (cheap: no rows).
+SELECT chunk_key, commit_seq FROM chunks
+WHERE status = 'SUCCESS' AND commit_seq NOT IN (SELECT DISTINCT doc_seq >> 32 FROM minhash_docs)
+ORDER BY commit_seq;
+
+-- name: clear_bands
+DELETE FROM minhash_bands;
+
+-- name: clear_docs
+DELETE FROM minhash_docs;

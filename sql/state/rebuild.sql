@@ -79,3 +79,17 @@ SELECT count(*) FROM minhash_docs;
 
 -- name: success_in_commit_order
 SELECT chunk_key, commit_seq FROM chunks WHERE status = 'SUCCESS' ORDER BY commit_seq;
+
+-- name: dangling_chunks
+-- Chunks holding a duplicate whose original the table no longer has: an exact or near
+-- duplicate whose `dup_of` names no kept row, or a repeated id that is now the only row with
+-- that id. A restore to a version between a supersede and the new decisions it queued leaves
+-- them; they are queued to be decided again.
+SELECT DISTINCT d.chunk_key FROM table_rows d
+WHERE d.reason IN ('exact_dup', 'near_dup')
+  AND d.dup_of NOT IN (SELECT id FROM table_rows WHERE kept)
+UNION
+SELECT d.chunk_key FROM table_rows d
+WHERE d.reason = 'duplicate_id'
+  AND (SELECT count(*) FROM table_rows x WHERE x.id = d.id) < 2
+ORDER BY 1;

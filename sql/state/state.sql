@@ -31,7 +31,9 @@ ORDER BY source_path, chunk_index;
 
 -- name: insert_planned
 -- New chunks become PENDING; a chunk seen before keeps its row (and its history), except that a
--- SUPERSEDED one whose bytes came back is queued again.
+-- SUPERSEDED one whose bytes came back is queued again. A kept row takes the plan's view of where
+-- the chunk sits in its file now: the stat cache stores the file's new sha256, and a chunk left
+-- with the old one would look departed to the next plan and lose its rows (issue 12, D1).
 INSERT INTO chunks (chunk_key, source_path, source_sha256, format, chunk_index, byte_start,
     byte_end, row_group_start, row_group_end, first_line, input_sha256, input_bytes, status,
     attempts, run_id, created_at)
@@ -40,6 +42,9 @@ SELECT chunk_key, source_path, source_sha256, format, chunk_index, byte_start, b
     $run_id, now()
 FROM planned
 ON CONFLICT (chunk_key) DO UPDATE SET
+    source_sha256 = excluded.source_sha256, byte_start = excluded.byte_start,
+    byte_end = excluded.byte_end, row_group_start = excluded.row_group_start,
+    row_group_end = excluded.row_group_end,
     status = CASE WHEN chunks.status = 'SUPERSEDED' THEN 'PENDING' ELSE chunks.status END,
     attempts = CASE WHEN chunks.status = 'SUPERSEDED' THEN 0 ELSE chunks.attempts END;
 
@@ -121,7 +126,8 @@ UPDATE commits SET status = 'DONE', delta_version = $version, rows_added = $adde
 WHERE seq = $seq;
 
 -- name: succeed_chunk
-UPDATE chunks SET status = 'SUCCESS', delta_version = $version, finished_at = now(),
+UPDATE chunks SET status = 'SUCCESS', delta_version = $version, commit_seq = $seq,
+    finished_at = now(),
     rows_in = $rows_in, rows_kept = $rows_kept, rows_dropped = $rows_dropped,
     rows_malformed = $rows_malformed, worker = coalesce($worker, worker),
     gate_violations = $gate_violations, redactions = $redactions,
@@ -162,3 +168,48 @@ ATTACH $path AS snap;
 
 -- name: detach_snapshot
 DETACH snap;
+
+-- name: queue_redecide
+INSERT OR IGNORE INTO redecide SELECT unnest($keys::VARCHAR[]), now();
+
+-- name: unqueue_redecide
+DELETE FROM redecide WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: redecide_queue
+-- Queued chunks that are still committed, in their commit order (the order decisions follow).
+SELECT c.chunk_key FROM redecide r JOIN chunks c USING (chunk_key)
+WHERE c.status = 'SUCCESS' ORDER BY c.commit_seq;
+
+-- name: drop_stale_redecide
+DELETE FROM redecide WHERE chunk_key NOT IN (SELECT chunk_key FROM chunks WHERE status = 'SUCCESS');
+
+-- name: commit_seqs_of
+SELECT commit_seq FROM chunks
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND commit_seq IS NOT NULL;
+
+-- name: chunk_record
+-- What a re-decision needs to know of a committed chunk besides its rows.
+SELECT rows_in, rows_malformed, worker, gate_violations, redactions FROM chunks
+WHERE chunk_key = $key;
+
+-- name: chunk_funnel
+SELECT step, docs_in, docs_dropped FROM filter_stats WHERE chunk_key = $key ORDER BY step_no;
+
+-- name: last_seq
+SELECT coalesce(max(seq), 0) FROM commits;
+
+-- name: spec_of_key
+SELECT chunk_key, source_path, source_sha256, format, chunk_index, first_line, input_sha256,
+       input_bytes, byte_start, byte_end, row_group_start, row_group_end, status
+FROM chunks WHERE chunk_key = $key;
+
+-- name: chunks_under
+-- Every live chunk of a source below a folder (prefix ends with a path separator): the sources
+-- a folder input had before, to find the ones that left it.
+SELECT chunk_key, source_path, source_sha256, format, chunk_index, first_line, input_sha256,
+       input_bytes, byte_start, byte_end, row_group_start, row_group_end, status
+FROM chunks WHERE starts_with(source_path, $prefix) AND status <> 'SUPERSEDED'
+ORDER BY source_path, chunk_index;
+
+-- name: forget_sources
+DELETE FROM sources WHERE path IN (SELECT unnest($paths::VARCHAR[]));

@@ -15,3 +15,13 @@ SELECT count(*) FROM content_hashes;
 -- name: drop_intents
 -- Before a resync from the table: the log's commits are re-recorded as DONE from the log itself.
 DELETE FROM commits WHERE status = 'INTENT';
+
+-- name: drop_commits_beyond
+-- Commits the state calls done but the Delta log does not hold (its last entry was lost or set
+-- aside as torn): forgotten, so the state's last commit is the log's watermark again.
+DELETE FROM commits WHERE seq > $watermark RETURNING seq;
+
+-- name: text_hash_mismatches
+-- `verify --deep`, one data file at a time (`file_rows`): a document's content_hash is md5 of
+-- its final text (sql/worker/decide.sql), so a mismatch is damage the Parquet reader missed.
+SELECT count(*) FROM file_rows WHERE content_hash IS NOT NULL AND md5(text) <> content_hash;

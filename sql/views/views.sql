@@ -4,3 +4,31 @@
 CREATE TEMP VIEW documents AS SELECT * FROM documents_dataset;
 CREATE TEMP VIEW docs AS SELECT * FROM documents WHERE kept;
 CREATE TEMP VIEW rejects AS SELECT * FROM documents WHERE NOT kept;
+
+-- name: attach_memory
+-- The reader's private copy of the state tables: the name queries use (`lake.main.chunks`).
+ATTACH ':memory:' AS lake;
+
+-- name: attach_source
+-- The state file (or the snapshot) is attached only while its tables are copied.
+ATTACH $path AS lake_source (READ_ONLY);
+
+-- name: source_tables
+SELECT table_name FROM duckdb_tables()
+WHERE database_name = 'lake_source' AND schema_name = 'main'
+ORDER BY table_name;
+
+-- name: copy_table
+-- {table} is a quoted identifier filled in by the caller.
+CREATE TABLE lake.main.{table} AS SELECT * FROM lake_source.main.{table};
+
+-- name: source_version
+-- The Delta version a snapshot describes: the newest commit it records as DONE.
+SELECT max(delta_version) FROM lake_source.main.commits WHERE status = 'DONE';
+
+-- name: detach_source
+DETACH lake_source;
+
+-- name: serialize
+-- The parse tree of one SELECT as JSON (an error object for anything that is not a SELECT).
+SELECT json_serialize_sql($sql);

@@ -468,3 +468,50 @@ def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Pat
     assert broken.returncode == 2 and "verify --repair" in broken.stdout
     fixed = run_cli("verify", "--lake", lake, "--repair")
     assert fixed.returncode == 0 and "repaired:" in fixed.stdout
+
+
+# --- read-only means no statement that writes, wrapped or not (D9) ---------------------------
+def _sql_in(cwd: Path, lake: Path, statement: str) -> subprocess.CompletedProcess[str]:
+    """`lakecurate sql` run from ``cwd`` (which has a ``.tmp`` folder: DuckDB's temp
+    directory, the one place external access left writable)."""
+    return subprocess.run([sys.executable, "-m", "lakecurate", "sql", statement, "--lake",
+                           str(lake)], check=False, capture_output=True, text=True,
+                          env=cli_env(), timeout=120, start_new_session=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("statement", [
+    "EXPLAIN ANALYZE COPY (SELECT * FROM docs) TO '.tmp/x.csv'",
+    "/* c */ explain analyze -- c\n copy (select 1 as x) to '.tmp/x.csv'",
+    "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1 AS x) TO '.tmp/x.csv'",
+    "EXPLAIN ANALYZE CREATE TEMP TABLE evil AS SELECT 1 AS x",
+    "EXPLAIN ANALYZE INSERT INTO runs SELECT * FROM runs",
+    "EXPLAIN CREATE TABLE evil AS SELECT 1 AS x",
+    "EXPLAIN ANALYZE WITH d AS (DELETE FROM chunks RETURNING *) SELECT * FROM d",
+    "PRAGMA enable_profiling",
+    "CALL pragma_version()",
+])
+def test_wrapped_writes_are_refused(lake: Ingested, baseline: dict[str, object],
+                                    tmp_path: Path, statement: str) -> None:
+    (tmp_path / ".tmp").mkdir()
+    line = _one_error_line(_sql_in(tmp_path, lake.path, statement))
+    assert "read-only" in line
+    assert list((tmp_path / ".tmp").iterdir()) == []
+    assert _snapshot(lake.path) == baseline
+
+
+@pytest.mark.parametrize("statement", [
+    "EXPLAIN SELECT count(*) FROM docs",
+    "EXPLAIN ANALYZE SELECT count(*) FROM docs",
+    "EXPLAIN (SELECT 1)",
+    "EXPLAIN (FORMAT json) SELECT 1",
+    "SHOW TABLES",
+    "DESCRIBE docs",
+    "PRAGMA show_tables",
+    "PRAGMA table_info('chunks')",
+    "WITH k AS (SELECT * FROM docs) SELECT count(*) FROM k",
+    "SELECT count(*) FROM content_hashes",  # a large state table, copied when named
+])
+def test_reads_are_still_allowed(lake: Ingested, tmp_path: Path, statement: str) -> None:
+    proc = _sql_in(tmp_path, lake.path, statement)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()

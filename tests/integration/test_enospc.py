@@ -232,3 +232,15 @@ def test_injected_enospc_then_freed(fault: str, corpus: Path, small_cfg: Path,
     again = _ingest(corpus, lake, small_cfg)
     assert again.returncode == 0, again.stdout + again.stderr
     assert_lake_consistent(lake, small_reference)
+
+
+def test_first_full_disk_error_is_the_one_reported(corpus: Path, small_cfg: Path, tmp_path: Path,
+                                                   tmpfs: Mount) -> None:
+    """D21: the Delta write hits ENOSPC first, then the Bloom cache save in the clean-up fails
+    on a full index volume too; the error line names the first failure, not the cache."""
+    lake = tmp_path / "lake"
+    tmpfs(lake / "index", "64k")  # smaller than one Bloom file
+    done = _ingest(corpus, lake, small_cfg, "delta_write:enospc:web_a_00002")
+    assert_one_clear_line(done)
+    line = next(ln for ln in (done.stdout + done.stderr).splitlines() if ln.startswith("error:"))
+    assert "Bloom" not in line and "Delta commit" in line, line

@@ -92,7 +92,7 @@ def test_export_is_reproducible_and_checked(lake: Lake, tmp_path: Path) -> None:
 
 
 def test_export_refuses_a_foreign_folder_and_restarts_an_interrupted_one(
-        lake: Lake, tmp_path: Path) -> None:
+        lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -102,15 +102,84 @@ def test_export_refuses_a_foreign_folder_and_restarts_an_interrupted_one(
     lake.export(None, done)
     with pytest.raises(LakeError, match="is not empty"):
         lake.export(None, done)  # a finished export is never overwritten
-    # an interrupted export: shards and a temp file, no manifest
+    # a real interrupted export: killed after its second shard, no manifest
     interrupted = tmp_path / "interrupted"
-    interrupted.mkdir()
-    (interrupted / "part-00000.parquet").write_bytes(b"half")
-    (interrupted / ".part-00001.parquet.tmp_1").write_bytes(b"partial")
-    manifest = lake.export(None, interrupted)
+    proc = run_cli("export", interrupted, "--lake", lake.root, "--shard-size", "16KiB",
+                   env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"})
+    assert proc.returncode == -9, proc.stderr
+    left = sorted(p.name for p in interrupted.iterdir())
+    assert "part-00001.parquet" in left and MANIFEST not in left
+    manifest = lake.export(None, interrupted)  # started again: only its own files go
     assert verify(interrupted) == []
     assert sorted(p.name for p in interrupted.iterdir()) == sorted(
         [MANIFEST, *(f.path for f in manifest.files)])
+    # the same, with a file someone else put there: nothing is touched
+    again = tmp_path / "again"
+    proc = run_cli("export", again, "--lake", lake.root, "--shard-size", "16KiB",
+                   env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"})
+    assert proc.returncode == -9, proc.stderr
+    (again / "part-00009.parquet").write_bytes(b"not lakecurate's")
+    before = _files(again)
+    with pytest.raises(LakeError, match="files it did not write"):
+        lake.export(None, again)
+    assert _files(again) == before
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_export_never_deletes_files_it_did_not_write(lake: Lake, tmp_path: Path) -> None:
+    # D5: a Spark output folder (part-* files, .crc side files, no _SUCCESS) is not an
+    # interrupted export of ours, whatever its file names look like.
+    spark = tmp_path / "spark"
+    spark.mkdir()
+    for name in ("part-00000-3f2a9c.snappy.parquet", ".part-00000-3f2a9c.snappy.parquet.crc",
+                 "part-00001.parquet", ".part-00002.parquet.tmp_1"):
+        (spark / name).write_bytes(name.encode() * 10)
+    before = _files(spark)
+    with pytest.raises(LakeError, match="not an interrupted lakecurate export"):
+        lake.export(None, spark)
+    assert _files(spark) == before
+
+
+def test_export_into_the_lake_is_refused(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    # D5: `export OUT` with OUT the lake's own kept=true partition deleted every data file.
+    kept = lake.root / "documents" / "kept=true"
+    before = _files(lake.root / "documents")
+    docs = lake.sql("SELECT count(*) FROM docs").rows
+    proc = run_cli("export", kept, "--lake", lake.root, "--version", "1")
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "inside the lake" in proc.stderr, proc.stderr
+    for out in (lake.root / "exports", lake.root):
+        with pytest.raises(LakeError, match="inside the lake"):
+            lake.export(None, out)
+    assert not (lake.root / "exports").exists()
+    assert _files(lake.root / "documents") == before
+    assert lake.sql("SELECT count(*) FROM docs").rows == docs
+    link = tmp_path / "link"
+    link.symlink_to(kept)  # a way in through a symlink is the same folder
+    with pytest.raises(LakeError, match="inside the lake"):
+        lake.export(None, link)
+    assert _files(lake.root / "documents") == before
+
+
+def test_jsonl_gz_is_byte_identical_across_processes(lake: Lake, tmp_path: Path,
+                                                     run_cli) -> None:  # type: ignore[no-untyped-def]
+    # D17: the gzip header held the temp file's name, with the pid of the exporting process.
+    shas = []
+    for name in ("a", "b"):
+        proc = run_cli("export", tmp_path / name, "--lake", lake.root, "--version", "1",
+                       "--format", "jsonl.gz", "--shard-size", "32KiB")
+        assert proc.returncode == 0, proc.stderr
+        files = json.loads((tmp_path / name / MANIFEST).read_text())["files"]
+        shas.append([f["sha256"] for f in files])
+        for f in files:
+            head = (tmp_path / name / f["path"]).read_bytes()[:10]
+            assert head[3] & 0x08 == 0  # no file name
+            assert head[4:8] == b"\0\0\0\0"  # no time
+    assert shas[0] == shas[1] and len(shas[0]) > 1
 
 
 def test_export_cli(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -302,7 +302,7 @@ def check_accounting(lake: Path) -> dict[str, list[dict[str, Any]]]:
             assert r["kept"] == (r["reason"] is None), r
             if (r["reason"] or "").startswith("malformed:"):
                 assert r["raw"] is not None and r["error"], r
-                assert r["id"] == f"{os.path.basename(c['source_path'])}:{r['source_line']}"
+                assert r["id"] == f"{c['source_path']}:{r['source_line']}"
             if r["kept"]:
                 assert r["raw"] is None and r["text"] is not None, r
         if c["format"] == "parquet":
@@ -576,6 +576,54 @@ def test_a_200_mb_line_is_ingested_with_bounded_memory(tmp_path: Path) -> None:
     assert peak_total <= MAX_TOTAL_RSS
     rows = Lake.open(tmp_path / "lake").sql(
         "SELECT id, kept, length(text) FROM documents ORDER BY source_line").rows
-    assert [(r[0], r[1]) for r in rows] == [("huge.jsonl:1", True), ("huge", True),
-                                           ("huge.jsonl:3", True)]
+    assert [(r[0], r[1]) for r in rows] == [(f"{path}:1", True), ("huge", True),
+                                           (f"{path}:3", True)]
     assert rows[1][2] >= LINE_MB * 2**20
+
+
+# -- a compression bomb: refused at the limit, memory bounded ---------------------------------
+
+_PEAK_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(done.returncode)
+print(done.stdout + done.stderr)
+print("largest process", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path,
+                                                                  fmt: str) -> None:
+    """2 GiB of 1 KB lines in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB;
+    past ``max_compressed_chunk_bytes`` the chunk is DEAD on its first attempt, and no process
+    of the run grows with the decompressed size."""
+    line = _ok("a" * 1000) + b"\n"
+    block = line * ((64 << 20) // len(line))
+    member = gzip.compress(block, mtime=0) if fmt == "gz" else zstandard.compress(block)
+    bomb = tmp_path / f"bomb.jsonl.{fmt}"
+    with bomb.open("wb") as f:
+        for _ in range(32):  # members / frames concatenate into one 2 GiB stream
+            f.write(member)
+    assert bomb.stat().st_size < 5 << 20
+    fine = tmp_path / "fine.jsonl"
+    fine.write_bytes(_ok("a small neighbour") + b"\n")
+    cfg = tmp_path / "lakecurate.toml"
+    cfg.write_text('[ingest]\nmax_attempts = 3\nretry_backoff = 0.05\n'
+                   'max_compressed_chunk_bytes = "32MiB"\n', encoding="utf-8")
+    lake = tmp_path / "lake"
+    cmd = [sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "lakecurate", "ingest",
+           str(bomb), str(fine), "--lake", str(lake), "--config", str(cfg), "--workers", "2"]
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
+                          env=cli_env(), timeout=600)
+    code, out = done.stdout.split("\n", 1)
+    peak = int(out.rsplit("largest process ", 1)[1])
+    assert code == "2", out + done.stderr  # a DEAD chunk, named; the rest ingested
+    dead = [ln for ln in out.splitlines() if ln.startswith("DEAD: ")]
+    assert len(dead) == 1 and f"{bomb} decompresses to more than" in dead[0], dead
+    assert "max_compressed_chunk_bytes = 33554432 bytes (32 MiB)" in dead[0]
+    chunks = {c["source_path"]: c for c in _chunks(lake)}
+    assert (chunks[str(bomb)]["status"], chunks[str(bomb)]["attempts"]) == ("DEAD", 1)
+    assert chunks[str(fine)]["status"] == "SUCCESS"
+    print(f"largest process peak RSS {peak / 2**20:.0f} MiB")
+    assert peak < 1 << 30, f"{peak / 2**20:.0f} MiB"

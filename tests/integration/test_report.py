@@ -22,6 +22,7 @@ import pytest
 from helpers import PROSE, SMALL_CONFIG
 
 from lakecurate import Lake
+from lakecurate.errors import LakeError
 
 CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and
                  Path(p).exists()), None)
@@ -254,3 +255,23 @@ def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli
     log = result.stderr
     assert "Uncaught" not in log and "CONSOLE" not in log, log[-2000:]
     assert not re.search(r"net::ERR_|Failed to load resource", log), log[-2000:]
+
+
+def test_report_into_the_lake_is_refused(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    # D22: `report --html LAKE/state.duckdb` replaced the state with a web page.
+    state = lake.root / "state.duckdb"
+    before = state.read_bytes()
+    proc = run_cli("report", "--lake", lake.root, "--html", state)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "inside the lake" in proc.stderr, proc.stderr
+    assert state.read_bytes() == before
+    link = tmp_path / "lake-link"
+    link.symlink_to(lake.root)
+    for target in (lake.root / "report.html", lake.root / "documents" / "kept=true" / "r.html",
+                   link / "r.html"):
+        with pytest.raises(LakeError, match="inside the lake"):
+            lake.report(target)
+        assert not target.exists()
+    assert not list(lake.root.glob(".*tmp_*"))
+    assert state.read_bytes() == before
+    assert lake.sql("SELECT count(*) FROM chunks").rows[0][0] > 0

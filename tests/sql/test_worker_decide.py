@@ -104,15 +104,16 @@ def test_within_chunk_duplicates_keep_the_first_line(tmp_path: Path) -> None:
     ]
     result, rows = _process(tmp_path, lines)
     got = [(r["id"], r["kept"], r["reason"], r["dup_of"]) for r in rows]
+    derived = f"{tmp_path / 'w.jsonl'}"  # ids derived from the full path: unique in a lake
     assert got == [
         ("a1", True, None, None),
         ("b1", True, None, None),
         ("a2", False, "exact_dup", "a1"),
-        ("w.jsonl:4", False, "malformed:bad_json", None),
+        (f"{derived}:4", False, "malformed:bad_json", None),
         ("a3", False, "exact_dup", "a1"),
         ("b2", False, "exact_dup", "b1"),
-        ("w.jsonl:7", True, None, None),
-        ("g2", False, "exact_dup", "w.jsonl:7"),
+        (f"{derived}:7", True, None, None),
+        ("g2", False, "exact_dup", f"{derived}:7"),
         ("a1", False, "exact_dup", "a1"),
     ]
     dups = [r for r in rows if r["reason"] == "exact_dup"]

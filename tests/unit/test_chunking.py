@@ -65,7 +65,8 @@ def _check_jsonl(path: Path, sha: str, specs: list[ChunkSpec], chunk_size: int) 
         assert s.first_line == data[: s.byte_start].count(b"\n") + 1
         assert s.input_bytes == len(piece)
         assert s.input_sha256 == hashlib.sha256(piece).hexdigest()
-        assert s.chunk_key == f"{stem}_{i:05d}_{s.input_sha256[:8]}"
+        assert s.chunk_key == chunking.chunk_key(stem, i, str(path), s.first_line,
+                                                 s.input_sha256)
         assert s.row_group_start is None
         assert s.row_group_end is None
 
@@ -189,7 +190,10 @@ def test_jsonl_plan_is_deterministic_and_content_addressed(tmp_path: Path) -> No
     assert (sha1, first) == (sha2, again)
     sha3, elsewhere = _plan(b, 500)
     assert sha3 == sha1
-    assert [s.chunk_key for s in elsewhere] == [s.chunk_key for s in first]
+    assert [s.input_sha256 for s in elsewhere] == [s.input_sha256 for s in first]
+    # the same bytes in another file are that file's own chunks (issue 12, D6)
+    assert not {s.chunk_key for s in elsewhere} & {s.chunk_key for s in first}
+    assert [s.chunk_key[:-8] for s in elsewhere] == [s.chunk_key[:-8] for s in first]
     assert {s.source_path for s in elsewhere} == {str(b)}
 
 
@@ -262,7 +266,8 @@ def test_unsafe_characters_in_the_stem_are_replaced(tmp_path: Path) -> None:
     assert m is not None
     assert m.group("stem") == "my_data_v2_"
     assert m.group("index") == "00000"
-    assert m.group("hex") == specs[0].input_sha256[:8]
+    assert specs[0].chunk_key == chunking.chunk_key("my_data_v2_", 0, str(path), 1,
+                                                    specs[0].input_sha256)
 
 
 # --- plan_file: compressed JSONL -----------------------------------------------------------------
@@ -284,7 +289,7 @@ def test_compressed_jsonl_is_one_chunk(tmp_path: Path, name: str, fmt: Format) -
     assert s.first_line == 1
     assert s.chunk_index == 0
     assert s.input_sha256 == s.source_sha256 == digest
-    assert s.chunk_key == f"web_00000_{digest[:8]}"
+    assert s.chunk_key == chunking.chunk_key("web", 0, str(path), 1, digest)
     assert _plan(path, 100) == (sha, specs)
 
 
@@ -320,7 +325,8 @@ def _check_parquet(path: Path, sha: str, specs: list[ChunkSpec]) -> None:
         assert s.source_sha256 == sha
         assert s.byte_start is None
         assert s.input_bytes > 0
-        assert s.chunk_key == f"{path.name[:-len('.parquet')]}_{i:05d}_{s.input_sha256[:8]}"
+        assert s.chunk_key == chunking.chunk_key(path.name[:-len('.parquet')], i, str(path),
+                                                 s.first_line, s.input_sha256)
     assert rows_before == md.num_rows
 
 
@@ -361,14 +367,14 @@ def test_parquet_changing_one_row_group_changes_only_its_key(tmp_path: Path) -> 
     assert new_sha != old_sha
 
 
-def test_parquet_of_another_name_keeps_keys_except_the_stem(tmp_path: Path) -> None:
+def test_parquet_of_another_name_has_its_own_keys(tmp_path: Path) -> None:
     texts = [f"t{i}" for i in range(20)]
     _write_parquet(tmp_path / "a.parquet", texts, row_group_size=10)
     _write_parquet(tmp_path / "b.parquet", texts, row_group_size=10)
     _, a = _plan(tmp_path / "a.parquet", 1)
     _, b = _plan(tmp_path / "b.parquet", 1)
     assert [s.input_sha256 for s in a] == [s.input_sha256 for s in b]
-    assert [s.chunk_key[1:] for s in a] == [s.chunk_key[1:] for s in b]
+    assert not {s.chunk_key for s in a} & {s.chunk_key for s in b}
 
 
 @pytest.mark.parametrize("data", [b"", b"this is not parquet at all", b"PAR1" + b"\0" * 40])

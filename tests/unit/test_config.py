@@ -66,8 +66,8 @@ def test_chunk_size_from_dict() -> None:
 @pytest.mark.parametrize(("data", "key", "allowed"), [
     ({"ingets": {}}, "ingets", ["dedup", "ingest"]),
     ({"ingest": {"chunksize": 5}}, "chunksize",
-     ["chunk_size", "chunk_timeout", "heartbeat_timeout", "max_attempts", "retry_backoff",
-      "workers"]),
+     ["chunk_size", "chunk_timeout", "heartbeat_timeout", "max_attempts",
+      "max_compressed_chunk_bytes", "retry_backoff", "workers"]),
     ({"dedup": {"fuzzy": True}}, "fuzzy", ["exact"]),
 ])
 def test_unknown_keys_are_named_with_the_allowed_ones(data: dict[str, object], key: str,

@@ -3,9 +3,13 @@ line, and a changed or corrupt input fails the chunk permanently."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import re
+import subprocess
+import sys
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +85,7 @@ def test_malformed_line_keeps_raw_bytes_and_kind(tmp_path: Path, line: bytes, ki
     assert [r["kind"] for r in rows] == [None, kind, None]
     bad = rows[1]
     assert bad["raw"] == line
-    assert bad["id"] == "dirty.jsonl:2"
+    assert bad["id"] == f"{path}:2"
     assert bad["text"] is None
     assert bad["meta"] is None
     assert bad["error"]
@@ -144,8 +148,8 @@ def test_ids(tmp_path: Path) -> None:
     path = _write(tmp_path / "ids.jsonl", b"\n".join(lines) + b"\n")
     rows, _ = _read(path)
     assert [r["id"] for r in rows] == [
-        "abc", "7", "ids.jsonl:3", "-12345678901234567890", "ids.jsonl:5", "ids.jsonl:6",
-        "ids.jsonl:7", "ids.jsonl:8", "ids.jsonl:9"]
+        "abc", "7", f"{path}:3", "-12345678901234567890", f"{path}:5", f"{path}:6",
+        f"{path}:7", f"{path}:8", f"{path}:9"]
     # an id that cannot name the document is kept in meta, not dropped
     metas = [json.loads(r["meta"]) if r["meta"] else None for r in rows]
     assert metas == [None, None, None, None, {"id": ""}, {"id": 1.5}, {"id": True},
@@ -333,8 +337,7 @@ def test_parquet_without_text_column_keeps_every_row_as_malformed(tmp_path: Path
     rows, _ = _read(path, chunk_size=1)
     assert len(rows) == 3
     assert [r["kind"] for r in rows] == ["missing_text"] * 3
-    assert [r["id"] for r in rows] == ["notext.parquet:1", "notext.parquet:2",
-                                       "notext.parquet:3"]
+    assert [r["id"] for r in rows] == [f"{path}:1", f"{path}:2", f"{path}:3"]
     assert [json.loads(r["raw"]) for r in rows] == [
         {"id": "a", "body": "x"}, {"id": "b", "body": "y"}, {"id": "c", "body": "z"}]
 
@@ -382,3 +385,211 @@ def test_parquet_replaced_by_garbage(tmp_path: Path) -> None:
     path.write_bytes(b"garbage")
     with pytest.raises(PermanentChunkError, match=re.escape(str(path))):
         io.read_chunk(spec)
+
+
+# --- derived ids (D11) ---------------------------------------------------------------------------
+
+
+def test_derived_ids_carry_the_full_source_path(tmp_path: Path) -> None:
+    """Same-named files in two folders once both gave ``part.jsonl:1``."""
+    ids = []
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        path = _write(tmp_path / folder / "part.jsonl", b'{"text": "no id"}\nbroken\n')
+        rows, _ = _read(path)
+        assert [r["id"] for r in rows] == [f"{path}:1", f"{path}:2"]
+        assert [r["id_given"] for r in rows] == [False, False]
+        ids += [r["id"] for r in rows]
+    assert len(set(ids)) == 4
+
+
+# --- compressed inputs are bounded (D12) ---------------------------------------------------------
+
+
+def _compress(fmt: str, data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0) if fmt == "gz" else zstandard.compress(data)
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_compressed_chunk_past_the_limit_is_a_permanent_error(tmp_path: Path, fmt: str) -> None:
+    data = _jsonl(0, 1000)
+    path = _write(tmp_path / f"big.jsonl.{fmt}", _compress(fmt, data))
+    (spec,) = _specs(path)
+    assert io.read_chunk(spec, len(data)).table().num_rows == 1000  # exactly the limit is fine
+    with pytest.raises(PermanentChunkError) as exc:
+        io.read_chunk(spec, len(data) - 1)
+    msg = str(exc.value)
+    assert str(path) in msg and "\n" not in msg
+    assert f"[ingest].max_compressed_chunk_bytes = {len(data) - 1} bytes" in msg
+    assert "split or recompress it into smaller shards, or raise the setting" in msg
+
+
+_BOUNDED_READ = """
+import resource, sys
+from lakecurate import chunking, io
+from lakecurate.errors import PermanentChunkError
+
+path = sys.argv[1]
+(spec,) = chunking.plan_file(path, chunking.detect_format(path), 1 << 30)[1]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    io.read_chunk(spec, 4 << 20)
+except PermanentChunkError as exc:
+    print("refused:", exc)
+print("grew", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+@pytest.mark.parametrize("shape", ["one_line", "short_lines"])
+def test_a_compression_bomb_is_refused_without_being_held(tmp_path: Path, fmt: str,
+                                                         shape: str) -> None:
+    """512 MiB in a few MiB: reading stops at the limit (4 MiB here), and neither the whole text,
+    one endless line nor one call's output of a 10,000:1 zstd frame is ever held."""
+    if shape == "one_line":
+        first, block = b'{"text": "', b"a" * (16 << 20)
+    else:
+        first, block = b"", json.dumps({"text": "a" * 1000}).encode() + b"\n"
+        block *= (16 << 20) // len(block)
+    member = _compress(fmt, block)
+    path = tmp_path / f"bomb.jsonl.{fmt}"
+    with path.open("wb") as f:
+        f.write(_compress(fmt, first))
+        for _ in range(32):  # gzip members and zstd frames concatenate into one stream
+            f.write(member)
+    assert path.stat().st_size < 8 << 20
+    done = subprocess.run([sys.executable, "-c", _BOUNDED_READ, str(path)], check=True,
+                          capture_output=True, text=True, timeout=300)
+    assert f"refused: {path} decompresses to more than" in done.stdout, done.stdout
+    grew = int(done.stdout.rsplit("grew ", 1)[1])
+    assert grew < 64 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
+
+
+# --- Parquet columns of any Arrow type, without pandas (D19) -------------------------------------
+
+NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456789, sub-microsecond
+
+
+def _every_type() -> tuple[pa.Table, list[dict[str, Any]]]:
+    """A table with a column of each kind a Parquet file can hold, and the meta expected."""
+    uuid_storage = pa.array([b"0123456789abcdef", None], pa.binary(16))
+    table = pa.table({
+        "id": ["r1", "r2"],
+        "text": ["first", "second"],
+        "ts": pa.array([NS, None], pa.timestamp("ns")),
+        "ts_zoned": pa.array([NS, 1], pa.timestamp("ns", tz="America/New_York")),
+        "ts_ms": pa.array([1_700_000_000_123, -1], pa.timestamp("ms")),
+        "day": pa.array([19675, None], pa.date32()),
+        "clock": pa.array([1, 86_399_999_999_999], pa.time64("ns")),
+        "dec": pa.array([Decimal("-1234567890123456.7890"), Decimal("0.0001")],
+                        pa.decimal128(20, 4)),
+        "dec256": pa.array([Decimal("1" * 45 + ".5"), None], pa.decimal256(50, 1)),
+        "blob": pa.array([b"\x00\xff", b""], pa.binary()),
+        "big_blob": pa.array([b"abc", None], pa.large_binary()),
+        "fixed": pa.array([b"xyz", b"\x01\x02\x03"], pa.binary(3)),
+        "took": pa.array([-1_500_000_001, 7], pa.duration("ns")),
+        "took_s": pa.array([90, None], pa.duration("s")),
+        "half": pa.array([1.5, None], pa.float16()),
+        "floats": pa.array([float("nan"), float("-inf")], pa.float64()),
+        "cat": pa.array(["red", "blue"]).dictionary_encode(),
+        "times": pa.array([[NS, None, 5], None], pa.list_(pa.timestamp("ns"))),
+        "pairs": pa.array([[b"a", b"b"], None], pa.list_(pa.binary(), 2)),
+        "view": pa.array([[1], [2, 3]], pa.list_view(pa.int64())),
+        "rec": pa.array([{"at": NS, "n": 1, "raw": b"\xff"}, None],
+                        pa.struct([("at", pa.timestamp("ns")), ("n", pa.int64()),
+                                   ("raw", pa.binary())])),
+        "tags": pa.array([[("k", 5)], []], pa.map_(pa.string(), pa.duration("ns"))),
+        "uuid": pa.ExtensionArray.from_storage(pa.uuid(), uuid_storage),
+        "plain": pa.array([[1, 2], []], pa.list_(pa.int64())),
+    })
+    ts = "2023-11-14T22:13:20.123456789"
+    first = {
+        "ts": ts, "ts_zoned": ts + "Z", "ts_ms": "2023-11-14T22:13:20.123", "day": "2023-11-14",
+        "clock": "00:00:00.000000001", "dec": "-1234567890123456.7890",
+        "dec256": "1" * 45 + ".5", "blob": "AP8=", "big_blob": "YWJj", "fixed": "eHl6",
+        "took": "-PT1.500000001S", "took_s": "PT90S", "half": 1.5, "floats": "NaN",
+        "cat": "red", "times": [ts, None, "1970-01-01T00:00:00.000000005"],
+        "pairs": ["YQ==", "Yg=="], "view": [1],
+        "rec": {"at": ts, "n": 1, "raw": "/w=="},
+        "tags": [["k", "PT0.000000005S"]], "uuid": "30313233-3435-3637-3839-616263646566",
+        "plain": [1, 2]}
+    second = {
+        "ts": None, "ts_zoned": "1970-01-01T00:00:00.000000001Z",
+        "ts_ms": "1969-12-31T23:59:59.999", "day": None, "clock": "23:59:59.999999999",
+        "dec": "0.0001", "dec256": None, "blob": "", "big_blob": None, "fixed": "AQID",
+        "took": "PT0.000000007S", "took_s": None, "half": None, "floats": "-Infinity",
+        "cat": "blue", "times": None, "pairs": None, "view": [2, 3], "rec": None, "tags": [],
+        "uuid": None, "plain": []}
+    return table, [first, second]
+
+
+def test_parquet_meta_of_every_arrow_type_is_exact_json(tmp_path: Path) -> None:
+    table, expected = _every_type()
+    path = tmp_path / "typed.parquet"
+    pq.write_table(table, path)
+    rows, _ = _read(path)
+    assert [(r["id"], r["text"], r["kind"]) for r in rows] == [
+        ("r1", "first", None), ("r2", "second", None)]
+    assert [json.loads(r["meta"]) for r in rows] == expected
+
+
+def test_parquet_nested_values_are_right_in_every_batch(tmp_path: Path) -> None:
+    """Lists, structs and maps are rebuilt per batch: slices of row groups must not shift them."""
+    n = 20_000
+    lists = [None if i % 7 == 0 else [NS + i] * (i % 3) for i in range(n)]
+    table = pa.table({
+        "text": [f"t{i}" for i in range(n)],
+        "lst": pa.array(lists, pa.list_(pa.timestamp("ns"))),
+        "lv": pa.array([[i, i + 1] if i % 5 else None for i in range(n)],
+                       pa.list_view(pa.int64())),
+        "st": pa.array([None if i % 4 == 0 else {"b": bytes([i % 256])} for i in range(n)],
+                       pa.struct([("b", pa.binary())])),
+        "mp": pa.array([[(f"k{i}", i)] if i % 6 else None for i in range(n)],
+                       pa.map_(pa.string(), pa.duration("ns"))),
+    })
+    path = tmp_path / "nested.parquet"
+    pq.write_table(table, path, row_group_size=7_001)
+    rows, _ = _read(path, chunk_size=1)
+    assert len(rows) == n
+    for i, r in enumerate(rows):
+        meta = json.loads(r["meta"])
+        lst = lists[i]
+        assert meta["lst"] == (None if lst is None else [
+            f"2023-11-14T22:13:20.{123456789 + i:09d}"] * len(lst)), i
+        assert meta["lv"] == ([i, i + 1] if i % 5 else None), i
+        assert meta["st"] == (None if i % 4 == 0 else {
+            "b": base64.b64encode(bytes([i % 256])).decode()}), i
+        assert meta["mp"] == ([[f"k{i}", f"PT0.{i:09d}S"]] if i % 6 else None), i
+
+
+def test_parquet_id_and_text_columns_of_other_types(tmp_path: Path) -> None:
+    path = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({
+        "id": pa.array([Decimal("1.5"), None], pa.decimal128(3, 1)),
+        "text": pa.array(["a", "b"], pa.string_view()),
+    }), path)
+    rows, _ = _read(path)
+    # a decimal id names no document, as a float id in JSON does: it stays in meta
+    assert [r["id"] for r in rows] == [f"{path}:1", f"{path}:2"]
+    assert [r["meta"] for r in rows] == ['{"id": "1.5"}', '{"id": null}']
+    assert [r["text"] for r in rows] == ["a", "b"]
+    path = tmp_path / "bintext.parquet"
+    pq.write_table(pa.table({"id": pa.array(["x", "y"]).dictionary_encode(),
+                             "text": pa.array([b"looks like text", None])}), path)
+    rows, _ = _read(path)
+    assert [r["kind"] for r in rows] == ["text_not_string"] * 2
+    assert [r["error"] for r in rows] == ["'text' is binary, not a string",
+                                          "'text' is null, not a string"]
+    assert json.loads(rows[0]["raw"]) == {"id": "x", "text": "bG9va3MgbGlrZSB0ZXh0"}
+
+
+def test_parquet_column_that_cannot_be_read_is_a_permanent_error(tmp_path: Path) -> None:
+    """The same bytes fail the same way on every attempt: no retry can help."""
+    raw = pa.array([b"fine", b"bad \xff byte"], pa.binary())
+    broken = pa.Array.from_buffers(pa.string(), len(raw), raw.buffers())  # not validated
+    path = tmp_path / "badutf8.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"], "note": broken}), path)
+    with pytest.raises(PermanentChunkError) as exc:
+        _read(path)
+    msg = str(exc.value)
+    assert str(path) in msg and "column 'note' of type string" in msg and "\n" not in msg
