@@ -346,6 +346,8 @@ def verify_cmd(lake_path: Path, repair: bool, deep: bool) -> None:
         click.echo(f"problem: {p}")
     for p in r.repaired:
         click.echo(f"repaired: {p}")
+    for p in r.notes:
+        click.echo(f"note: {p}")
     if not r.problems:
         click.echo(f"ok: {r.files_checked} data file(s) checked, state and log agree")
     elif not repair:

@@ -212,19 +212,20 @@ class Committer:
         ds = self.delta.dataset()
         if ds is None:
             return []
-        refs = ds.to_table(columns=["chunk_key", "dup_of", "cluster_id"],
-                           filter=pc.field("dup_of").is_valid() | pc.field(
-                               "cluster_id").is_valid())
+        # One scan, then sets in memory: a dataset filter on chunk_key fails on files whose
+        # statistics are string_view (delta-rs's compaction writes them).
+        rows = ds.to_table(columns=["chunk_key", "id", "dup_of", "cluster_id"])
+        chunk = rows["chunk_key"].cast(pa.string())
+        refers = pc.or_(pc.is_valid(rows["dup_of"]), pc.is_valid(rows["cluster_id"]))
         affected, frontier = set(keys), set(keys)
-        while frontier and refs.num_rows:
-            mine = ds.to_table(columns=["id", "cluster_id"],
-                               filter=pc.field("chunk_key").isin(sorted(frontier)))
-            ids = pc.unique(mine["id"])
-            clusters = pc.unique(pc.drop_null(mine["cluster_id"]))
-            hit = pc.or_(pc.fill_null(pc.is_in(refs["dup_of"], ids), False),
-                         pc.fill_null(pc.is_in(refs["cluster_id"], clusters), False))
-            found = set(pc.unique(pc.filter(refs["chunk_key"], hit)).to_pylist())
-            frontier = found - affected
+        while frontier:
+            mine = pc.is_in(chunk, pa.array(sorted(frontier), pa.string()))
+            ids = pc.unique(pc.filter(rows["id"], mine))
+            clusters = pc.unique(pc.drop_null(pc.filter(rows["cluster_id"], mine)))
+            hit = pc.and_(refers, pc.or_(
+                pc.fill_null(pc.is_in(rows["dup_of"], ids), False),
+                pc.fill_null(pc.is_in(rows["cluster_id"], clusters), False)))
+            frontier = set(pc.unique(pc.filter(chunk, hit)).to_pylist()) - affected
             affected |= frontier
         return sorted(affected - set(keys))
 

@@ -25,11 +25,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakecurate import engine, faults, query
-from lakecurate.errors import LakeError
+from lakecurate.errors import LakeError, one_line
 from lakecurate.lake.delta import DeltaStore, utc_text
 from lakecurate.types import DOCUMENT_SCHEMA
 
@@ -221,6 +222,9 @@ def export(state: Path, documents: Path, version: int, out: Path, *, fmt: str = 
                     shard = None
         if shard is not None:
             files.append(shard.close())
+    except (duckdb.Error, pa.ArrowException) as exc:  # a damaged data file of the version
+        raise LakeError(f"cannot read version {version} of the lake: {one_line(exc)}; run "
+                        "`lakecurate verify --deep` to find the damaged data file") from exc
     finally:
         con.close()
     stamps = {int(e["version"]): int(e["timestamp"]) for e in

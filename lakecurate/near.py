@@ -63,6 +63,14 @@ class NearDedup:
                 near_of[pos] = dup
                 dups += 1
         is_near = pa.array([d is not None for d in near_of], pa.bool_())  # typed: 0 rows too
+        # An exact copy of a document that just became a near duplicate follows it to the
+        # cluster's kept document: its dup_of must name a row the lake keeps.
+        demoted = {i: d for i, d in zip(rows["id"].to_pylist(), near_of, strict=True) if d}
+        if demoted:
+            follow = [demoted.get(d) if r == "exact_dup" else None for d, r in
+                      zip(rows["dup_of"].to_pylist(), rows["reason"].to_pylist(), strict=True)]
+            rows = rows.set_column(rows.schema.get_field_index("dup_of"), "dup_of",
+                                   pc.coalesce(pa.array(follow, pa.string()), rows["dup_of"]))
         out = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
         out = out.set_column(out.schema.get_field_index("kept"), "kept",
                              pc.and_(out["kept"], pc.invert(is_near)))

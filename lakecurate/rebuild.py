@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate import engine
-from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.delta import DeltaStore, read_history
 from lakecurate.state import StateStore
 
 CONFIG_KEY = "lakecurate.config"
@@ -50,7 +50,7 @@ def _log_commits(delta: DeltaStore) -> tuple[list[dict[str, Any]], dict[str, dic
     commits: list[dict[str, Any]] = []
     history: list[tuple[int, str, dict[str, Any]]] = []  # (version, chunk key, record)
     restores: dict[int, int] = {}  # version of a restore commit -> the version it restored
-    for entry in sorted(dt.history(), key=lambda e: int(e["version"])):
+    for entry in sorted(read_history(dt), key=lambda e: int(e["version"])):
         if "lakecurate.seq" not in entry:
             continue
         key = entry.get("lakecurate.chunk_key")
@@ -183,7 +183,7 @@ def logged_config(delta: DeltaStore) -> tuple[str | None, str | None]:
     if dt is None:
         return None, None
     text, digest = None, None
-    for entry in dt.history():  # newest first
+    for entry in read_history(dt):  # newest first
         digest = digest or entry.get("lakecurate.config_hash") or None
         text = entry.get(CONFIG_KEY)
         if text or digest:

@@ -62,6 +62,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     unrepairable: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # worth knowing, not wrong
     files_checked: int = 0
     fixable: bool = False  # whether --repair would fix something of what was found
 
@@ -225,6 +226,34 @@ def _check_state(state: StateStore, delta: DeltaStore, report: VerifyReport) -> 
         if int(n_index) != n_kept:
             report.problems.append(f"the content index has {n_index} entries for {n_kept} kept "
                                    "documents")
+        _check_duplicates(state, ds, report)
+
+
+def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
+    """Every duplicate points at a document the lake keeps, and no id is kept twice (issue 12:
+    a changed input once left duplicates of removed documents dropped for good). Chunks queued
+    to be decided again are the next ingest's work, not damage."""
+    try:
+        rows = ds.to_table(columns=["id", "kept", "reason", "dup_of", "chunk_key"])
+    except _READ_ERRORS as exc:
+        raise _table_unreadable(exc) from exc
+    con = state.con
+    con.register("table_rows", rows)
+    try:
+        dangling = [r[0] for r in con.execute(engine.q("state.dangling_chunks")).fetchall()]
+        twice = con.execute(engine.q("verify.kept_ids_twice")).fetchall()
+    finally:
+        con.unregister("table_rows")
+    queued = set(state.redecide_queue())
+    for key in dangling:
+        if key not in queued:
+            report.problems.append(f"chunk {key} holds duplicates of documents the lake no "
+                                   "longer has (run `lakecurate verify --repair`, then ingest)")
+    if queued:
+        report.notes.append(f"{len(queued)} chunk(s) are queued to be decided again by the "
+                            "next ingest")
+    for doc_id, n in twice:
+        report.problems.append(f"document id {doc_id!r} is kept {n} times")
 
 
 def _check_log(delta: DeltaStore, root: Path, report: VerifyReport, repair: bool) -> bool:

@@ -148,6 +148,10 @@ class DeltaStore:
         except (DeltaError, OSError) as exc:
             raise CommitError(f"Delta delete of seq {seq} failed: {one_line(exc)}; re-run the "
                               "same command") from exc
+        if self.watermark() < seq:
+            # Nothing matched (chunks without records), so delta-rs made no commit: record the
+            # seq with an empty one, or the watermark would lag the state's DONE commits.
+            return self.append(DOCUMENT_SCHEMA.empty_table(), seq, metadata), 0
         return self.version(), int(out.get("num_deleted_rows", 0))
 
     def restore(self, version: int, seq: int, metadata: dict[str, str]) -> int:

@@ -25,3 +25,9 @@ DELETE FROM commits WHERE seq > $watermark RETURNING seq;
 -- `verify --deep`, one data file at a time (`file_rows`): a document's content_hash is md5 of
 -- its final text (sql/worker/decide.sql), so a mismatch is damage the Parquet reader missed.
 SELECT count(*) FROM file_rows WHERE content_hash IS NOT NULL AND md5(text) <> content_hash;
+
+-- name: kept_ids_twice
+-- A document id kept more than once (ids are unique among kept documents: given ones through
+-- the duplicate-id check, derived ones by their path and line).
+SELECT id, count(*) AS n FROM table_rows WHERE kept GROUP BY id HAVING count(*) > 1
+ORDER BY id LIMIT 20;

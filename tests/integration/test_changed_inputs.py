@@ -232,3 +232,20 @@ def test_band_index_survives_a_crash_finalised_by_compact(tmp_path: Path) -> Non
     lake = Lake.open(lake_dir)
     assert lake.sql("SELECT reason, dup_of FROM documents WHERE id = 'copy'").rows == [
         ("near_dup", "d3")]
+
+
+def test_exact_copy_of_a_near_duplicate_points_at_a_kept_document(tmp_path: Path) -> None:
+    """Found by the model campaign (clean runs too): `c` is an exact copy of `b`, and `b` became
+    a near duplicate of `a` after exact dedup had pointed `c` at it; `c` must follow to `a`."""
+    r = random.Random(3)
+    words = [f"w{i}" for i in range(3000)]
+    base = " ".join(r.choice(words) for _ in range(120))
+    near = base.rsplit(" ", 1)[0] + " zzz"
+    data = tmp_path / "in.jsonl"
+    _write(data, [{"id": "a", "text": base}, {"id": "b", "text": near},
+                  {"id": "c", "text": near}])
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([data], config=_config(tmp_path, NEAR)).ok
+    assert lake.sql("SELECT id, kept, reason, dup_of FROM documents ORDER BY source_line").rows \
+        == [("a", True, None, None), ("b", False, "near_dup", "a"), ("c", False, "exact_dup", "a")]
+    assert lake.verify().ok

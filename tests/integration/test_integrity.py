@@ -181,6 +181,15 @@ def test_deep_verify_names_a_damaged_page_its_chunks_and_what_to_do(
     assert lake_rows(lake) == rows
 
 
+def test_export_of_a_damaged_page_is_one_line_naming_verify_deep(lake: Path, run_cli: Run,
+                                                                tmp_path: Path) -> None:
+    _break_a_page(_largest_data_file(lake))
+    done = run_cli("export", "--lake", lake, tmp_path / "out", env=BACKTRACE)
+    assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
+    assert "verify --deep" in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+        done.stderr
+
+
 def test_deep_verify_finds_text_that_no_longer_matches_its_hash(lake: Path) -> None:
     victim = _largest_data_file(lake)
     _change_a_text(victim)
