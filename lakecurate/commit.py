@@ -25,7 +25,7 @@ from lakecurate.lake.delta import DeltaStore
 from lakecurate.near import NearDedup
 from lakecurate.rebuild import CONFIG_KEY, resync
 from lakecurate.state import StateStore
-from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec
+from lakecurate.types import ChunkResult, ChunkSpec
 from lakecurate.worker import BANDS_COLUMN, SIGNATURE_COLUMN, add_signatures
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
@@ -245,15 +245,13 @@ class Committer:
         duplicate verdict is made again against the lake as it is now, and the chunk's rows
         are replaced in one Delta commit (an app transaction, like every commit)."""
         spec = self.state.spec_of(key)
-        ds = self.delta.dataset()
-        if spec is None or ds is None:
+        if spec is None or self.delta.table() is None:
             self.state.unqueue_redecide([key])
             return None
         with self.state.transaction():  # e.g. a state rebuilt from the log indexed it again
             forget_near(self.state, self.state.commit_seqs([key]))
             self.index.remove_chunks([key])
-        rows = ds.to_table(filter=pc.field("chunk_key") == key).sort_by("source_line")
-        rows = rows.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+        rows = self.delta.rows_of_chunks([key]).sort_by("source_line")
         lake_made = pc.fill_null(pc.is_in(rows["reason"], pa.array(LAKE_REASONS)), False)
         for name, value in (("kept", pa.scalar(True)), ("reason", pa.scalar(None, pa.string())),
                             ("dup_of", pa.scalar(None, pa.string()))):
@@ -311,9 +309,7 @@ class Committer:
             self.finish_restore(seq, version)
             return
         (key,) = keys  # an APPEND, or a REDECIDE (the rows it wrote are the chunk's rows now)
-        ds = self.delta.dataset()
-        assert ds is not None
-        rows = ds.to_table(filter=pc.field("chunk_key") == key)
+        rows = self.delta.rows_of_chunks([key])
         record = json.loads(entry["lakecurate.result"]) if entry else {}
         kept = int(pc.sum(rows["kept"]).as_py() or 0)
         malformed = int(record.get("rows_malformed", 0))

@@ -151,7 +151,8 @@ def diff(state: Path, documents: Path, a: int, b: int, rows: bool = False,
         raise LakeError(f"diff {a} {b}: the two versions are the same; give two different ones")
     con = query.open_reader(state, documents, b, tables=())  # documents only
     try:
-        con.register("documents_a", query.dataset_at(documents, a))
+        query.register_documents(con, "documents_a", documents,
+                                 query.resolve_version(documents, a))
         con.execute(engine.q("history.diff_pairs"))
         if rows:
             res = query.run(con, engine.q("history.diff_rows"), {"limit": limit})

@@ -94,12 +94,13 @@ class NearDedup:
         rebuilt from the log has no band index: the next ingest must not match against a
         partial index."""
         chunks = state.con.execute(engine.q("dedup.unindexed_chunks")).fetchall()
-        ds = delta.dataset() if chunks else None
-        if ds is None:
+        if not chunks:
             return None
+        table = delta.rows_of_chunks([key for key, _ in chunks])
+        by_chunk = table["chunk_key"]
         indexed = 0
         for key, seq in chunks:
-            rows = ds.to_table(filter=pc.field("chunk_key") == key)
+            rows = table.filter(pc.equal(by_chunk, key))
             writer = self.writer_from_committed(rows, int(seq))
             with state.transaction():
                 writer()

@@ -98,9 +98,7 @@ def open_reader(state_path: Path, documents: Path, version: int | None = None,
             bound = done if snapshot and version is None and as_of is None \
                 else resolve_version(documents, version, as_of)
         con.execute("USE lake")
-        ds = _dataset(documents, bound)
-        con.register("documents_dataset", _native_local(ds, documents) if ds is not None
-                     else _empty())
+        register_documents(con, "documents_dataset", documents, bound)
         con.execute(engine.q("views.create"))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
@@ -195,14 +193,45 @@ def _empty() -> pa.Table:
     return pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA})
 
 
-def dataset_at(documents: Path, version: int | None = None,
-               as_of: str | datetime.datetime | None = None) -> pds.Dataset:
-    """The documents of one version as an Arrow dataset, ready to register in a reader
-    (an empty table before the first commit)."""
-    ds = _dataset(documents, resolve_version(documents, version, as_of))
+def register_documents(con: duckdb.DuckDBPyConnection, name: str, documents: Path,
+                       version: int | None) -> None:
+    """Make ``name`` the documents of ``version`` in ``con`` (empty before the first commit).
+
+    Files delta-rs rewrote (a delete or a predicate overwrite of a file that held other
+    chunks, e.g. a changed input after `compact`) store their strings as string_view, and
+    pyarrow cannot compare a string filter with their statistics ("no kernel matching (string,
+    string_view)"): every filtered query failed. Those files are registered as a dataset of
+    their own whose schema says string_view, and ``name`` is a view over both.
+    """
+    ds = _dataset(documents, version)
     if ds is None:
-        return pds.dataset(_empty())
-    return _native_local(ds, documents)
+        con.register(name, _empty())
+        return
+    plain, views = _split_by_string_type(_native_local(ds, documents))
+    if views is None:
+        con.register(name, plain)
+        return
+    con.register(f"{name}_plain", plain)
+    con.register(f"{name}_views", views)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {engine.quote_ident(name)} AS "
+                f"SELECT * FROM {engine.quote_ident(name + '_plain')} UNION ALL BY NAME "
+                f"SELECT * FROM {engine.quote_ident(name + '_views')}")
+
+
+def _split_by_string_type(ds: pds.Dataset) -> tuple[pds.Dataset, pds.Dataset | None]:
+    """(files whose strings are plain strings, files whose strings are string_view or None)."""
+    if not isinstance(ds, pds.FileSystemDataset):
+        return ds, None
+    plain, views = [], []
+    for fragment in ds.get_fragments():
+        is_view = any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
+        (views if is_view else plain).append(fragment)
+    if not views:
+        return ds, None
+    view_schema = pa.schema([f.with_type(pa.string_view()) if pa.types.is_string(f.type) else f
+                             for f in ds.schema])
+    return (pds.FileSystemDataset(plain, ds.schema, ds.format, ds.filesystem),
+            pds.FileSystemDataset(views, view_schema, ds.format, ds.filesystem))
 
 
 def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:

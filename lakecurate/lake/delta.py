@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -175,6 +176,20 @@ class DeltaStore:
             if entry.get("lakecurate.seq") == str(seq):
                 return entry
         return None
+
+    def rows_of_chunks(self, keys: Sequence[str]) -> pa.Table:
+        """Every row of these chunks at the latest version, in one scan.
+
+        The filter casts ``chunk_key``: files delta-rs rewrote (a delete or an overwrite of a
+        file holding other chunks) store it as string_view, and a plain comparison with a
+        string then fails in pyarrow's statistics pruning ("no kernel matching (string,
+        string_view)").
+        """
+        ds = self.dataset()
+        if ds is None or not keys:
+            return DOCUMENT_SCHEMA.empty_table()
+        wanted = pc.field("chunk_key").cast(pa.string()).isin(sorted(set(keys)))
+        return ds.to_table(filter=wanted).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
 
     def dataset(self, version: int | None = None) -> pds.Dataset | None:
         """An Arrow dataset of a version (filter and projection push down into Parquet)."""

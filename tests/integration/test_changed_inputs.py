@@ -249,3 +249,26 @@ def test_exact_copy_of_a_near_duplicate_points_at_a_kept_document(tmp_path: Path
     assert lake.sql("SELECT id, kept, reason, dup_of FROM documents ORDER BY source_line").rows \
         == [("a", True, None, None), ("b", False, "near_dup", "a"), ("c", False, "exact_dup", "a")]
     assert lake.verify().ok
+
+
+def test_filtered_reads_after_compact_and_a_changed_input(tmp_path: Path) -> None:
+    """Found this session: a supersede after `compact` makes delta-rs rewrite the compacted
+    file with string_view columns, and every filtered read (sql WHERE, explain, re-decisions,
+    crash recovery) failed with "no kernel matching (string, string_view)"."""
+    cfg = _config(tmp_path, '[ingest]\nchunk_size = "1KiB"\n')
+    root = tmp_path / "in"
+    _write(root / "a.jsonl", [{"text": f"doc {i} words words"} for i in range(60)])
+    _write(root / "b.jsonl", [{"text": f"doc {i} words words"} for i in range(60)])
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([root], config=cfg).ok
+    lake.compact()
+    _write(root / "a.jsonl", [{"text": f"doc {i} other words"} for i in range(61)])
+    report = lake.ingest([root])
+    assert report.ok and report.chunks_redecided >= 1
+    key = lake.sql("SELECT min(chunk_key) FROM documents WHERE source_path LIKE '%b.jsonl'"
+                   ).rows[0][0]
+    assert lake.sql("SELECT count(*) FROM documents WHERE chunk_key = $k",
+                    params={"k": key}).rows[0][0] > 0
+    assert lake.explain(f"{root / 'b.jsonl'}:3") is not None
+    assert lake.verify().ok
+    assert _decisions(lake) == _decisions(_clean(tmp_path, [root], cfg))
