@@ -38,11 +38,13 @@ def _run(tmp_path: Path, **settings: object) -> None:
     assert summary["differences_found"] == 0, mc.failure_report(summary)
 
 
-# Seed 2: exact dedup only; 1: near dedup (link "any"); 3: near dedup (link "kept").
-@pytest.mark.parametrize("seed", [2, 1, 3])
+# Seed 72: exact dedup only; 17: near dedup (link "any"); 43: near dedup (link "kept"). Chosen
+# (the steps depend on the seed alone, so this was checked without running them) because each
+# of their walks has every step kind, a kill, and a restore or a deleted state before an ingest.
+@pytest.mark.parametrize("seed", [72, 17, 43])
 def test_changing_inputs_match_a_clean_run(tmp_path: Path, seed: int) -> None:
-    _run(tmp_path, seed=seed, steps=90, ingest_every=30.0, kill_rate=0.5,
-         kill_modes=("fault",), maintenance=0.06)
+    _run(tmp_path, seed=seed, steps=80, ingest_every=35.0, kill_rate=0.5,
+         kill_modes=("fault",), maintenance=0.15, max_files=4)
 
 
 @pytest.mark.slow
