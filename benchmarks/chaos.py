@@ -318,6 +318,14 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
     return summary
 
 
+def write_summary(summary: dict[str, Any], out: Path) -> None:
+    """Write a campaign's JSON summary atomically (a killed run leaves the previous one)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp_{os.getpid()}")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+
+
 def environment() -> dict[str, Any]:
     import deltalake
     import duckdb
@@ -376,10 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["environment"] = environment()
     brief = {k: v for k, v in summary.items() if k not in ("runs", "environment")}
     print(json.dumps(brief, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp_{os.getpid()}")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, args.out)
+    write_summary(summary, args.out)
     return 0 if summary["ok"] else 1
 
 

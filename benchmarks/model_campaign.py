@@ -1209,10 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(brief, indent=2))
     if summary["differences"]:
         print(failure_report(summary, limit=20), file=sys.stderr)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp_{os.getpid()}")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, args.out)
+    chaos.write_summary(summary, args.out)
     return 0 if summary["ok"] else 1
 
 

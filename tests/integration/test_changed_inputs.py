@@ -54,6 +54,17 @@ def _clean(tmp_path: Path, inputs: list[Path], cfg: Path) -> Lake:
     return lake
 
 
+def _one_file_lake(tmp_path: Path, config: str,
+                   records: list[dict[str, str]]) -> tuple[Lake, Path, Path]:
+    """A lake made by ingesting one JSONL file of ``records``: (lake, the file, the config)."""
+    cfg = _config(tmp_path, config)
+    data = tmp_path / "in.jsonl"
+    _write(data, records)
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([data], config=cfg).ok
+    return lake, data, cfg
+
+
 def _decisions(lake: Lake) -> list[tuple[object, ...]]:
     return lake.sql("SELECT source_path, source_line, id, kept, reason, content_hash "
                     "FROM documents ORDER BY source_path, source_line").rows
@@ -61,11 +72,7 @@ def _decisions(lake: Lake) -> list[tuple[object, ...]]:
 
 def test_appended_record_then_rerun_keeps_every_unchanged_chunk(tmp_path: Path) -> None:
     """D1: the second re-run after an append removed the file's 90 unchanged rows."""
-    cfg = _config(tmp_path, SMALL)
-    data = tmp_path / "in.jsonl"
-    _write(data, _plain(100))
-    lake = Lake.open(tmp_path / "lake")
-    assert lake.ingest([data], config=cfg).ok
+    lake, data, cfg = _one_file_lake(tmp_path, SMALL, _plain(100))
     _write(data, _plain(101))
     first = lake.ingest([data])
     assert first.ok and _one(lake, "SELECT count(*) FROM docs") == 101
@@ -78,12 +85,8 @@ def test_appended_record_then_rerun_keeps_every_unchanged_chunk(tmp_path: Path) 
 
 def test_edited_record_with_near_dedup_is_not_a_near_dup_of_itself(tmp_path: Path) -> None:
     """D2: the new version of a chunk matched its own old documents in the band index."""
-    cfg = _config(tmp_path, NEAR)
-    data = tmp_path / "in.jsonl"
     records = _random_texts(20)
-    _write(data, records)
-    lake = Lake.open(tmp_path / "lake")
-    assert lake.ingest([data], config=cfg).ok
+    lake, data, _ = _one_file_lake(tmp_path, NEAR, records)
     records[5]["text"] = "edited text here " + records[5]["text"][:200]
     _write(data, records)
     assert lake.ingest([data]).ok
@@ -197,11 +200,7 @@ def test_lost_config_comes_back_from_the_log(tmp_path: Path) -> None:
 
 def test_bloom_files_lost_after_a_run_are_written_by_the_next(tmp_path: Path) -> None:
     """D16: "nothing to do" returned before the Bloom cache was saved; verify failed forever."""
-    cfg = _config(tmp_path, SMALL)
-    data = tmp_path / "in.jsonl"
-    _write(data, _plain(20))
-    lake = Lake.open(tmp_path / "lake")
-    assert lake.ingest([data], config=cfg).ok
+    lake, data, _ = _one_file_lake(tmp_path, SMALL, _plain(20))
     shutil.rmtree(lake.root / "index")
     assert lake.ingest([data]).outcome == "NOTHING_TO_DO"
     assert any((lake.root / "index").iterdir())
