@@ -212,8 +212,8 @@ class Committer:
         ds = self.delta.dataset()
         if ds is None:
             return []
-        # One scan, then sets in memory: a dataset filter on chunk_key fails on files whose
-        # statistics are string_view (delta-rs's compaction writes them).
+        # One scan, then sets in memory (see DeltaStore.rows_of_chunks for why a dataset
+        # filter on chunk_key is avoided).
         rows = ds.to_table(columns=["chunk_key", "id", "dup_of", "cluster_id"])
         chunk = rows["chunk_key"].cast(pa.string())
         refers = pc.or_(pc.is_valid(rows["dup_of"]), pc.is_valid(rows["cluster_id"]))
@@ -232,7 +232,9 @@ class Committer:
     def redecide_queued(self) -> int:
         """Decide again, in commit order, every chunk queued by a supersede; returns how many."""
         keys = self.state.redecide_queue()
-        if keys:  # all out of the index first: none may match another's old verdicts
+        # All out of the index first (also what a state rebuilt from the log indexed again):
+        # none may match its own or another's old verdicts.
+        if keys:
             with self.state.transaction():
                 self._forget(keys)
         for key in keys:
@@ -248,9 +250,6 @@ class Committer:
         if spec is None or self.delta.table() is None:
             self.state.unqueue_redecide([key])
             return None
-        with self.state.transaction():  # e.g. a state rebuilt from the log indexed it again
-            forget_near(self.state, self.state.commit_seqs([key]))
-            self.index.remove_chunks([key])
         rows = self.delta.rows_of_chunks([key]).sort_by("source_line")
         lake_made = pc.fill_null(pc.is_in(rows["reason"], pa.array(LAKE_REASONS)), False)
         for name, value in (("kept", pa.scalar(True)), ("reason", pa.scalar(None, pa.string())),

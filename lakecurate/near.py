@@ -82,11 +82,6 @@ class NearDedup:
                              pa.array(cluster, mask=~has_cluster))
         return out, dups, lambda: self.index.add_chunk(table, matched)
 
-    def clear(self) -> None:
-        """Empty the band index (a state rebuilt from the log): ``catch_up`` refills it."""
-        for statement in ("dedup.clear_bands", "dedup.clear_docs"):
-            self.index.con.execute(engine.q(statement))
-
     def catch_up(self, state: StateStore, delta: DeltaStore) -> str | None:
         """Index every committed chunk the band index lacks, from its committed text, in
         commit order; returns a note when it did. Commands that do not run near dedup
