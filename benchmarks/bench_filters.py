@@ -34,10 +34,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakecurate import config, engine, filters
+from lakecurate import config, engine
+from lakecurate.steps.filters import pipeline as filters
 
-STEPS = ["utf8", "length", "gopher_quality", "gopher_repetition", "c4", "fineweb", "pii",
-         "langid"]
+STEPS = ["utf8", "length", "gopher_quality", "gopher_repetition", "c4", "fineweb", "pii", "langid"]
 DT_STEPS = ["gopher_quality", "gopher_repetition", "c4", "fineweb", "pii"]
 COMPARED = ["gopher_quality", "gopher_repetition", "c4", "fineweb"]
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,15 +52,25 @@ def load(con: Any, data: Path, shard: tuple[int, int] = (0, 1)) -> pa.Table:
         " regexp_extract(filename, '([^/]+)\\.jsonl\\.gz$', 1) AS src"
         " FROM read_json($g, columns := {text: 'VARCHAR'}, filename := true))"
         " WHERE source_line % $n = $k ORDER BY source_line",
-        params={"g": str(data / "*.jsonl.gz"), "n": n, "k": k}).to_arrow_table()
+        params={"g": str(data / "*.jsonl.gz"), "n": n, "k": k},
+    ).to_arrow_table()
 
 
 def stage_query(steps: list[str]) -> tuple[filters.Pipeline, str, dict[str, Any]]:
     p = filters.build(config.from_dict({"filters": {"steps": steps}} if steps else {}).filters)
-    q = (f"WITH normalised AS ({engine.q('worker.normalise')}), {p.sql} "
-         f"SELECT * FROM ({engine.q('worker.decide')})")
-    params = {**p.params, "exact": True, "chunk_key": "k", "source_path": "p",
-              "input_sha256": "s", "run_id": "r", "config_hash": "c"}
+    q = (
+        f"WITH normalised AS ({engine.q('worker.normalise')}), {p.sql} "
+        f"SELECT * FROM ({engine.q('worker.decide')})"
+    )
+    params = {
+        **p.params,
+        "exact": True,
+        "chunk_key": "k",
+        "source_path": "p",
+        "input_sha256": "s",
+        "run_id": "r",
+        "config_hash": "c",
+    }
     return p, q, params
 
 
@@ -94,8 +104,12 @@ def run_workers(data: Path, n: int, steps: list[str]) -> float:
     return wall
 
 
-def agreement(ours: dict[str, list[bool]], dt: list[dict[str, str]], src: list[str],
-              details: dict[str, list[str | None]]) -> dict[str, Any]:
+def agreement(
+    ours: dict[str, list[bool]],
+    dt: list[dict[str, str]],
+    src: list[str],
+    details: dict[str, list[str | None]],
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     n = len(dt)
     for name in COMPARED:
@@ -111,18 +125,29 @@ def agreement(ours: dict[str, list[bool]], dt: list[dict[str, str]], src: list[s
             buckets[key] += 1
             examples.setdefault(key, []).append(dt[k]["id"])
         out[name] = {
-            "agreement_pct": 100 * agree / n, "differ": n - agree,
+            "agreement_pct": 100 * agree / n,
+            "differ": n - agree,
             "dropped_ours": sum(ours[name]),
             "dropped_datatrove": sum(d[name] != "keep" for d in dt),
             "only_ours_drop": sum(c for (_, m, _), c in buckets.items() if m != "keep"),
             "only_datatrove_drops": sum(c for (_, m, _), c in buckets.items() if m == "keep"),
-            "top_differences": [{"source": s, "ours": m, "datatrove": d, "docs": c,
-                                 "examples": examples[(s, m, d)][:5]}
-                                for (s, m, d), c in buckets.most_common(12)],
+            "top_differences": [
+                {
+                    "source": s,
+                    "ours": m,
+                    "datatrove": d,
+                    "docs": c,
+                    "examples": examples[(s, m, d)][:5],
+                }
+                for (s, m, d), c in buckets.most_common(12)
+            ],
         }
-        print(f"agreement {name:18s} {out[name]['agreement_pct']:7.3f}% "
-              f"({n - agree} differ: {out[name]['only_ours_drop']} only we drop, "
-              f"{out[name]['only_datatrove_drops']} only datatrove drops)", flush=True)
+        print(
+            f"agreement {name:18s} {out[name]['agreement_pct']:7.3f}% "
+            f"({n - agree} differ: {out[name]['only_ours_drop']} only we drop, "
+            f"{out[name]['only_datatrove_drops']} only datatrove drops)",
+            flush=True,
+        )
     return out
 
 
@@ -131,8 +156,12 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "real")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2, help="stage on N processes (0: skip)")
-    ap.add_argument("--datatrove", type=Path, default=ROOT.parent / "venv-datatrove" / "bin"
-                    / "python", help="a Python that has datatrove")
+    ap.add_argument(
+        "--datatrove",
+        type=Path,
+        default=ROOT.parent / "venv-datatrove" / "bin" / "python",
+        help="a Python that has datatrove",
+    )
     ap.add_argument("--no-datatrove", action="store_true")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
@@ -156,14 +185,21 @@ def main() -> None:
         out = con.sql(q, params=params).to_arrow_table()
         secs = time.perf_counter() - t0
         dropped = sum(d for _, _, d in filters.funnel(p, out))
-        results[name] = {"seconds": secs, "docs_per_s": n / secs, "mb_per_s": mb / secs,
-                         "dropped": dropped}
+        results[name] = {
+            "seconds": secs,
+            "docs_per_s": n / secs,
+            "mb_per_s": mb / secs,
+            "dropped": dropped,
+        }
         if len(steps) == 1:  # a dropped document: by this step, or empty (datatrove drops both)
             reasons = out["reason"].to_pylist()
             dropped_by[name] = [r in (f"filter:{name}", "filter:empty") for r in reasons]
             details[name] = out["detail"].to_pylist()
-        print(f"{name:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s "
-              f"dropped {dropped:6d}", flush=True)
+        print(
+            f"{name:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s "
+            f"dropped {dropped:6d}",
+            flush=True,
+        )
 
     run("baseline (no filter)", [])
     for step in STEPS:
@@ -175,10 +211,17 @@ def main() -> None:
             secs = run_workers(args.data, args.workers, steps)
             key = f"{name}, {args.workers} workers"
             results[key] = {"seconds": secs, "docs_per_s": n / secs, "mb_per_s": mb / secs}
-            print(f"{key:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s",
-                  flush=True)
-    report: dict[str, Any] = {"docs": n, "mb": mb, "threads": args.threads,
-                              "workers": args.workers, "results": results}
+            print(
+                f"{key:28s} {secs:7.2f} s {n / secs:10,.0f} docs/s {mb / secs:7.2f} MB/s",
+                flush=True,
+            )
+    report: dict[str, Any] = {
+        "docs": n,
+        "mb": mb,
+        "threads": args.threads,
+        "workers": args.workers,
+        "results": results,
+    }
     if not args.no_datatrove and args.datatrove.exists():
         report["datatrove"], agree = compare(con, args, dropped_by, details, src, results, n)
         (args.out / "bench_filters_agreement.json").write_text(json.dumps(agree, indent=2))
@@ -187,50 +230,75 @@ def main() -> None:
     print(f"{n} documents, {mb:.1f} MB, threads={args.threads}")
 
 
-def compare(con: Any, args: argparse.Namespace, dropped_by: dict[str, list[bool]],
-            details: dict[str, list[str | None]], src: list[str],
-            results: dict[str, dict[str, float]], n: int) -> tuple[dict[str, Any], Any]:
+def compare(
+    con: Any,
+    args: argparse.Namespace,
+    dropped_by: dict[str, list[bool]],
+    details: dict[str, list[str | None]],
+    src: list[str],
+    results: dict[str, dict[str, float]],
+    n: int,
+) -> tuple[dict[str, Any], Any]:
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs.jsonl"
-        rows = con.sql(f"SELECT id, norm FROM ({engine.q('worker.normalise')}) "
-                       "ORDER BY source_line").fetchall()
+        rows = con.sql(
+            f"SELECT id, norm FROM ({engine.q('worker.normalise')}) ORDER BY source_line"
+        ).fetchall()
         with docs.open("w", encoding="utf-8") as f:
             for doc_id, text in rows:
                 f.write(json.dumps({"id": doc_id, "text": text}) + "\n")
         script = str(Path(__file__).with_name("bench_filters_datatrove.py"))
         stage = {}
-        subprocess.run([str(args.datatrove), script, str(docs), tmp, "--processes", "1"],
-                       check=True)
+        subprocess.run(
+            [str(args.datatrove), script, str(docs), tmp, "--processes", "1"], check=True
+        )
         timings = json.loads((Path(tmp) / "timings.json").read_text())
         stage["1"] = timings.pop("stage")
         if args.workers > 1:
-            subprocess.run([str(args.datatrove), script, str(docs), tmp, "--processes",
-                            str(args.workers), "--skip-per-filter"], check=True)
-            stage[str(args.workers)] = json.loads(
-                (Path(tmp) / "timings.json").read_text())["stage"]
+            subprocess.run(
+                [
+                    str(args.datatrove),
+                    script,
+                    str(docs),
+                    tmp,
+                    "--processes",
+                    str(args.workers),
+                    "--skip-per-filter",
+                ],
+                check=True,
+            )
+            stage[str(args.workers)] = json.loads((Path(tmp) / "timings.json").read_text())["stage"]
         with (Path(tmp) / "decisions.jsonl").open(encoding="utf-8") as f:
             dt = [json.loads(line) for line in f]
     timings["stage"] = stage
-    speed = {name: {"datatrove_docs_per_s": timings["filters"][name]["docs_per_s"],
-                    "ours_docs_per_s": results[name]["docs_per_s"],
-                    "ratio": results[name]["docs_per_s"] / timings["filters"][name]["docs_per_s"]}
-             for name in COMPARED}
+    speed = {
+        name: {
+            "datatrove_docs_per_s": timings["filters"][name]["docs_per_s"],
+            "ours_docs_per_s": results[name]["docs_per_s"],
+            "ratio": results[name]["docs_per_s"] / timings["filters"][name]["docs_per_s"],
+        }
+        for name in COMPARED
+    }
     one = stage["1"]["docs_per_s"]
     speed["stage, 1 process"] = {
         "datatrove_docs_per_s": one,
         "ours_all_steps_docs_per_s": results["stage (all steps)"]["docs_per_s"],
         "ours_datatrove_steps_docs_per_s": results["stage (datatrove's steps)"]["docs_per_s"],
         "ratio_all_steps": results["stage (all steps)"]["docs_per_s"] / one,
-        "ratio_datatrove_steps": results["stage (datatrove's steps)"]["docs_per_s"] / one}
+        "ratio_datatrove_steps": results["stage (datatrove's steps)"]["docs_per_s"] / one,
+    }
     if str(args.workers) in stage and args.workers > 1:
         w = args.workers
         dts = stage[str(w)]["docs_per_s"]
         a = results[f"stage (all steps), {w} workers"]["docs_per_s"]
         b = results[f"stage (datatrove's steps), {w} workers"]["docs_per_s"]
         speed[f"stage, {w} processes"] = {
-            "datatrove_docs_per_s": dts, "ours_all_steps_docs_per_s": a,
-            "ours_datatrove_steps_docs_per_s": b, "ratio_all_steps": a / dts,
-            "ratio_datatrove_steps": b / dts}
+            "datatrove_docs_per_s": dts,
+            "ours_all_steps_docs_per_s": a,
+            "ours_datatrove_steps_docs_per_s": b,
+            "ratio_all_steps": a / dts,
+            "ratio_datatrove_steps": b / dts,
+        }
     for name, s in speed.items():
         print(f"speed {name:18s} " + " ".join(f"{k}={v:,.2f}" for k, v in s.items()))
     agree = agreement(dropped_by, dt, src, details)

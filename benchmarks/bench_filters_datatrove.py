@@ -41,14 +41,20 @@ def make(name: str) -> Any:
         GopherRepetitionFilter,
     )
     from datatrove.pipeline.formatters import PIIFormatter
-    return {"gopher_quality": GopherQualityFilter, "gopher_repetition": GopherRepetitionFilter,
-            "c4": C4QualityFilter, "fineweb": FineWebQualityFilter,
-            "pii": PIIFormatter}[name]()
+
+    return {
+        "gopher_quality": GopherQualityFilter,
+        "gopher_repetition": GopherRepetitionFilter,
+        "c4": C4QualityFilter,
+        "fineweb": FineWebQualityFilter,
+        "pii": PIIFormatter,
+    }[name]()
 
 
 def warm_up() -> None:
     """Load the spaCy tokenizer (once per process) outside the timed part."""
     from datatrove.utils.text import split_into_sentences, split_into_words
+
     split_into_words("Warm up the tokenizer. Twice.")
     split_into_sentences("Warm up the tokenizer. Twice.")
 
@@ -60,6 +66,7 @@ def read_docs(path: Path) -> list[tuple[str, str]]:
 
 def decide(name: str, docs: list[tuple[str, str]]) -> tuple[list[str], float]:
     from datatrove.data import Document
+
     f = make(name)
     out = []
     t0 = time.perf_counter()
@@ -69,16 +76,20 @@ def decide(name: str, docs: list[tuple[str, str]]) -> tuple[list[str], float]:
         except Exception as exc:  # ZeroDivisionError on degenerate texts: record, do not stop
             out.append(f"error:{type(exc).__name__}")
             continue
-        keep, reason = (r if isinstance(r, tuple) else (r, None))
+        keep, reason = r if isinstance(r, tuple) else (r, None)
         out.append("keep" if keep else (reason or "drop"))
     return out, time.perf_counter() - t0
 
 
 def stage_shard(path: str, rank: int, world: int, q: Any, go: Any) -> None:
     from datatrove.data import Document
+
     warm_up()
-    docs = [Document(text=t, id=i) for k, (i, t) in enumerate(read_docs(Path(path)))
-            if k % world == rank]
+    docs = [
+        Document(text=t, id=i)
+        for k, (i, t) in enumerate(read_docs(Path(path)))
+        if k % world == rank
+    ]
     steps = [make(n) for n in (*FILTERS, "pii")]
     q.put(("ready", rank))
     go.wait()  # every process starts its timed part at the same moment
@@ -93,8 +104,10 @@ def stage_shard(path: str, rank: int, world: int, q: Any, go: Any) -> None:
 def run_stage(path: Path, processes: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
-    procs = [ctx.Process(target=stage_shard, args=(str(path), r, processes, q, go))
-             for r in range(processes)]
+    procs = [
+        ctx.Process(target=stage_shard, args=(str(path), r, processes, q, go))
+        for r in range(processes)
+    ]
     for p in procs:
         p.start()
     ready = 0
@@ -106,38 +119,53 @@ def run_stage(path: Path, processes: int) -> dict[str, Any]:
     wall = time.perf_counter() - t0  # until the last process finished
     for p in procs:
         p.join()
-    return {"processes": processes, "seconds": wall, "kept": sum(d[2] for d in done),
-            "per_process_seconds": sorted(d[3] for d in done)}
+    return {
+        "processes": processes,
+        "seconds": wall,
+        "kept": sum(d[2] for d in done),
+        "per_process_seconds": sorted(d[3] for d in done),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("docs", type=Path)
     ap.add_argument("out", type=Path)
-    ap.add_argument("--processes", type=int, default=0,
-                    help="also time the chained stage on this many processes (0: skip)")
+    ap.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also time the chained stage on this many processes (0: skip)",
+    )
     ap.add_argument("--skip-per-filter", action="store_true")
     args = ap.parse_args()
     from importlib.metadata import version
+
     docs = read_docs(args.docs)
     warm_up()
-    timings: dict[str, Any] = {"datatrove": version("datatrove"), "docs": len(docs),
-                               "python": sys.version.split()[0], "filters": {}}
+    timings: dict[str, Any] = {
+        "datatrove": version("datatrove"),
+        "docs": len(docs),
+        "python": sys.version.split()[0],
+        "filters": {},
+    }
     if not args.skip_per_filter:
         decisions: dict[str, list[str]] = {}
         for name in FILTERS:
             decisions[name], secs = decide(name, docs)
             timings["filters"][name] = {"seconds": secs, "docs_per_s": len(docs) / secs}
-            print(f"datatrove {name:18s} {secs:8.2f} s {len(docs) / secs:9,.0f} docs/s",
-                  flush=True)
+            print(f"datatrove {name:18s} {secs:8.2f} s {len(docs) / secs:9,.0f} docs/s", flush=True)
         with (args.out / "decisions.jsonl").open("w", encoding="utf-8") as f:
             for k, (doc_id, _) in enumerate(docs):
                 f.write(json.dumps({"id": doc_id, **{n: decisions[n][k] for n in FILTERS}}) + "\n")
     if args.processes:
         st = run_stage(args.docs, args.processes)
         timings["stage"] = {**st, "docs_per_s": len(docs) / st["seconds"]}
-        print(f"datatrove stage ({args.processes} processes) {st['seconds']:8.2f} s "
-              f"{len(docs) / st['seconds']:9,.0f} docs/s", flush=True)
+        print(
+            f"datatrove stage ({args.processes} processes) {st['seconds']:8.2f} s "
+            f"{len(docs) / st['seconds']:9,.0f} docs/s",
+            flush=True,
+        )
     (args.out / "timings.json").write_text(json.dumps(timings, indent=2))
 
 

@@ -51,7 +51,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakecurate.bloom import BloomFilter, hash_keys, load
+from lakecurate.store.bloom import BloomFilter, hash_keys, load
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_index.json"
 Row = dict[str, Any]
@@ -94,10 +94,20 @@ def run_lakecurate(ids: list[str], queries: list[str], present: np.ndarray, p: f
         save, _ = _timed(lambda: f.save(path, watermark=1))
         load_s, mapped_s = _load_and_query(path, queries, hits)
     fp, fn = _rates(hits, present)
-    return {**insert.fields("insert"), **lookup.fields("lookup"), "memory_bytes": f.memory_bytes,
-            "measured_p": fp, "false_negatives": fn, "m": f.m, "k": f.k,
-            "estimated_p": f.estimated_fp_rate, "fill_ratio": f.fill_ratio, "save_s": save.wall,
-            "load_verify_s": load_s, "lookup_mapped_s": mapped_s}
+    return {
+        **insert.fields("insert"),
+        **lookup.fields("lookup"),
+        "memory_bytes": f.memory_bytes,
+        "measured_p": fp,
+        "false_negatives": fn,
+        "m": f.m,
+        "k": f.k,
+        "estimated_p": f.estimated_fp_rate,
+        "fill_ratio": f.fill_ratio,
+        "save_s": save.wall,
+        "load_verify_s": load_s,
+        "lookup_mapped_s": mapped_s,
+    }
 
 
 def _load_and_query(path: Path, queries: list[str], expected: np.ndarray) -> tuple[float, float]:
@@ -114,13 +124,20 @@ def run_precomputed(ids: list[str], queries: list[str], present: np.ndarray, p: 
     insert, _ = _timed(lambda: f.add_hashes(id_hashes))
     lookup, hits = _timed(lambda: f.contains_hashes(query_hashes))
     fp, fn = _rates(hits, present)
-    return {**insert.fields("insert"), **lookup.fields("lookup"), "memory_bytes": f.memory_bytes,
-            "measured_p": fp, "false_negatives": fn,
-            "note": "hashing excluded: keys arrive as (N, 2) uint64 hashes"}
+    return {
+        **insert.fields("insert"),
+        **lookup.fields("lookup"),
+        "memory_bytes": f.memory_bytes,
+        "measured_p": fp,
+        "false_negatives": fn,
+        "note": "hashing excluded: keys arrive as (N, 2) uint64 hashes",
+    }
 
 
-_HALVES = ("SELECT (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo "
-           "FROM (SELECT md5_number(id) AS k FROM candidates)")
+_HALVES = (
+    "SELECT (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo "
+    "FROM (SELECT md5_number(id) AS k FROM candidates)"
+)
 
 
 def _duckdb_halves(con: duckdb.DuckDBPyConnection, keys: pa.Array) -> np.ndarray:
@@ -132,8 +149,9 @@ def _duckdb_halves(con: duckdb.DuckDBPyConnection, keys: pa.Array) -> np.ndarray
     return np.stack([t["hi"].to_numpy(), t["lo"].to_numpy()], axis=1)
 
 
-def run_duckdb_keys(ids: pa.Array, queries: pa.Array, present: np.ndarray, p: float,
-                    threads: int) -> Row:
+def run_duckdb_keys(
+    ids: pa.Array, queries: pa.Array, present: np.ndarray, p: float, threads: int
+) -> Row:
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
     f = BloomFilter(len(ids), p)
@@ -141,9 +159,14 @@ def run_duckdb_keys(ids: pa.Array, queries: pa.Array, present: np.ndarray, p: fl
     lookup, hits = _timed(lambda: f.contains_hashes(_duckdb_halves(con, queries)))
     fp, fn = _rates(hits, present)
     con.close()
-    return {**insert.fields("insert"), **lookup.fields("lookup"), "memory_bytes": f.memory_bytes,
-            "measured_p": fp, "false_negatives": fn,
-            "note": f"hashing by DuckDB md5_number with {threads} thread(s), as lakecurate.index"}
+    return {
+        **insert.fields("insert"),
+        **lookup.fields("lookup"),
+        "memory_bytes": f.memory_bytes,
+        "measured_p": fp,
+        "false_negatives": fn,
+        "note": f"hashing by DuckDB md5_number with {threads} thread(s), as lakecurate.index",
+    }
 
 
 def run_rbloom(ids: list[str], queries: list[str], present: np.ndarray, p: float) -> Row:
@@ -156,29 +179,41 @@ def run_rbloom(ids: list[str], queries: list[str], present: np.ndarray, p: float
     insert, _ = _timed(lambda: b.update(ids))
     lookup, found = _timed(lambda: list(map(b.__contains__, queries)))
     fp, fn = _rates(np.array(found, dtype=np.bool_), present)
-    return {**insert.fields("insert"), **lookup.fields("lookup"),
-            "memory_bytes": b.size_in_bits // 8, "measured_p": fp, "false_negatives": fn,
-            "note": "hash_func = mmh3.hash128(key, 0, True, True); update() and map(__contains__)"}
+    return {
+        **insert.fields("insert"),
+        **lookup.fields("lookup"),
+        "memory_bytes": b.size_in_bits // 8,
+        "measured_p": fp,
+        "false_negatives": fn,
+        "note": "hash_func = mmh3.hash128(key, 0, True, True); update() and map(__contains__)",
+    }
 
 
-def run_duckdb(ids: pa.Array, queries: pa.Array, present: np.ndarray, threads: int,
-               batch: int) -> Row:
+def run_duckdb(
+    ids: pa.Array, queries: pa.Array, present: np.ndarray, threads: int, batch: int
+) -> Row:
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
     con.register("new_ids", pa.table({"id": ids}))
-    insert, _ = _timed(lambda: con.execute(
-        "CREATE TABLE doc_ids AS SELECT md5_number(id) AS hash FROM new_ids"))
+    insert, _ = _timed(
+        lambda: con.execute("CREATE TABLE doc_ids AS SELECT md5_number(id) AS hash FROM new_ids")
+    )
     con.unregister("new_ids")
     memory = con.execute("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0]
 
     def lookups() -> np.ndarray:
         hits = np.ones(len(queries), dtype=np.bool_)
         for start in range(0, len(queries), batch):
-            part = pa.table({"pos": pa.array(np.arange(start, min(start + batch, len(queries)))),
-                             "id": queries[start:start + batch]})
+            part = pa.table(
+                {
+                    "pos": pa.array(np.arange(start, min(start + batch, len(queries)))),
+                    "id": queries[start : start + batch],
+                }
+            )
             con.register("candidates", part)
-            new = con.sql("SELECT c.pos FROM candidates c ANTI JOIN doc_ids d "
-                          "ON d.hash = md5_number(c.id)").to_arrow_table()
+            new = con.sql(
+                "SELECT c.pos FROM candidates c ANTI JOIN doc_ids d ON d.hash = md5_number(c.id)"
+            ).to_arrow_table()
             con.unregister("candidates")
             hits[new["pos"].to_numpy()] = False
         return hits
@@ -187,11 +222,15 @@ def run_duckdb(ids: pa.Array, queries: pa.Array, present: np.ndarray, threads: i
     fp, fn = _rates(hits, present)
     con.close()
     queries_issued = -(-len(queries) // batch)
-    return {**insert.fields("insert"), **lookup.fields("lookup"),
-            "memory_bytes": int(memory[0]) if memory and memory[0] else None,
-            "measured_p": fp, "false_negatives": fn,
-            "seconds_per_query": lookup.wall / queries_issued,
-            "note": f"{threads} thread(s); {queries_issued} ANTI JOIN queries of {batch} keys"}
+    return {
+        **insert.fields("insert"),
+        **lookup.fields("lookup"),
+        "memory_bytes": int(memory[0]) if memory and memory[0] else None,
+        "measured_p": fp,
+        "false_negatives": fn,
+        "seconds_per_query": lookup.wall / queries_issued,
+        "note": f"{threads} thread(s); {queries_issued} ANTI JOIN queries of {batch} keys",
+    }
 
 
 def _median_rows(runs: list[Row], n: int) -> Row:
@@ -199,7 +238,7 @@ def _median_rows(runs: list[Row], n: int) -> Row:
     for key, value in runs[0].items():
         values = [r[key] for r in runs]
         is_number = isinstance(value, int | float) and not isinstance(value, bool)
-        out[key] = (statistics.median(values) if is_number and None not in values else value)
+        out[key] = statistics.median(values) if is_number and None not in values else value
     for verb, noun in (("inserts", "insert"), ("lookups", "lookup")):
         out[f"{verb}_per_s"] = n / out[f"{noun}_s"]
         out[f"{verb}_per_cpu_s"] = n / out[f"{noun}_cpu_s"]
@@ -221,10 +260,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--n", type=int, default=10_000_000, help="ids inserted and looked up")
     parser.add_argument("--p", type=float, default=0.001, help="target false-positive rate")
     parser.add_argument("--repeat", type=int, default=3, help="runs; medians are reported")
-    parser.add_argument("--duckdb-threads", type=int, default=1,
-                        help="DuckDB threads (1 = the single core rbloom and numpy use)")
-    parser.add_argument("--duckdb-batch", type=int, default=1_000_000,
-                        help="keys per DuckDB-only lookup query")
+    parser.add_argument(
+        "--duckdb-threads",
+        type=int,
+        default=1,
+        help="DuckDB threads (1 = the single core rbloom and numpy use)",
+    )
+    parser.add_argument(
+        "--duckdb-batch", type=int, default=1_000_000, help="keys per DuckDB-only lookup query"
+    )
     parser.add_argument("--skip-duckdb", action="store_true", help="leave the DuckDB rows out")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args(argv)
@@ -236,22 +280,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ids_arrow, queries_arrow = pa.array(ids), pa.array(queries)
     try:
         import rbloom  # noqa: F401
+
         have_rbloom = True
     except ImportError:
         have_rbloom = False
 
     engines: dict[str, Callable[[], Row]] = {
         "lakecurate.bloom (str keys)": lambda: run_lakecurate(ids, queries, present, args.p),
-        "lakecurate.bloom (precomputed hashes)": lambda: run_precomputed(ids, queries, present,
-                                                                         args.p),
+        "lakecurate.bloom (precomputed hashes)": lambda: run_precomputed(
+            ids, queries, present, args.p
+        ),
     }
     if have_rbloom:
         engines["rbloom (stable mmh3 hash)"] = lambda: run_rbloom(ids, queries, present, args.p)
     if not args.skip_duckdb:
         engines["lakecurate.bloom (DuckDB md5_number keys)"] = lambda: run_duckdb_keys(
-            ids_arrow, queries_arrow, present, args.p, args.duckdb_threads)
-        engines["duckdb only"] = lambda: run_duckdb(ids_arrow, queries_arrow, present,
-                                                    args.duckdb_threads, args.duckdb_batch)
+            ids_arrow, queries_arrow, present, args.p, args.duckdb_threads
+        )
+        engines["duckdb only"] = lambda: run_duckdb(
+            ids_arrow, queries_arrow, present, args.duckdb_threads, args.duckdb_batch
+        )
 
     load_before = os.getloadavg()
     runs: dict[str, list[Row]] = {name: [] for name in engines}
@@ -260,28 +308,48 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             runs[name].append(engine())
     rows = [{"name": name, **_median_rows(r, n)} for name, r in runs.items()]
     if not have_rbloom:
-        rows.append({"name": "rbloom (stable mmh3 hash)",
-                     "note": "skipped: rbloom is not installed (pip install rbloom)"})
+        rows.append(
+            {
+                "name": "rbloom (stable mmh3 hash)",
+                "note": "skipped: rbloom is not installed (pip install rbloom)",
+            }
+        )
 
     by_name = {r["name"]: r for r in rows}
     ratios: dict[str, float] = {}
     if have_rbloom:
         rb = by_name["rbloom (stable mmh3 hash)"]
-        for name in ("lakecurate.bloom (str keys)", "lakecurate.bloom (precomputed hashes)",
-                     "lakecurate.bloom (DuckDB md5_number keys)"):
+        for name in (
+            "lakecurate.bloom (str keys)",
+            "lakecurate.bloom (precomputed hashes)",
+            "lakecurate.bloom (DuckDB md5_number keys)",
+        ):
             if name not in by_name:
                 continue
-            for metric in ("lookups_per_s", "lookups_per_cpu_s", "best_lookups_per_s",
-                           "inserts_per_s", "inserts_per_cpu_s", "best_inserts_per_s"):
+            for metric in (
+                "lookups_per_s",
+                "lookups_per_cpu_s",
+                "best_lookups_per_s",
+                "inserts_per_s",
+                "inserts_per_cpu_s",
+                "best_inserts_per_s",
+            ):
                 ratios[f"{metric} {name} / rbloom"] = by_name[name][metric] / rb[metric]
     result = {
         "benchmark": "bench_index",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "n": n, "p": args.p, "repeat": args.repeat,
-        "duckdb_threads": args.duckdb_threads, "duckdb_batch": args.duckdb_batch,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "load_average_before": load_before,
-                    "load_average_after": os.getloadavg()},
+        "n": n,
+        "p": args.p,
+        "repeat": args.repeat,
+        "duckdb_threads": args.duckdb_threads,
+        "duckdb_batch": args.duckdb_batch,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_before": load_before,
+            "load_average_after": os.getloadavg(),
+        },
         "versions": {d: _version(d) for d in ("numpy", "mmh3", "duckdb", "pyarrow", "rbloom")},
         "rows": rows,
         "ratios": ratios,
@@ -295,9 +363,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         hashed = ratios["lookups_per_s lakecurate.bloom (precomputed hashes) / rbloom"]
         best = ratios["best_lookups_per_s lakecurate.bloom (str keys) / rbloom"]
         verdict = "meets" if min(wall, cpu) >= 2 else "misses"
-        print(f"lookups lakecurate/rbloom on str keys: {wall:.2f}x wall, {cpu:.2f}x CPU, "
-              f"{best:.2f}x best run ({verdict} the 2x target on medians); on precomputed "
-              f"hashes {hashed:.2f}x wall")
+        print(
+            f"lookups lakecurate/rbloom on str keys: {wall:.2f}x wall, {cpu:.2f}x CPU, "
+            f"{best:.2f}x best run ({verdict} the 2x target on medians); on precomputed "
+            f"hashes {hashed:.2f}x wall"
+        )
     return result
 
 

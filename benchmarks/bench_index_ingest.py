@@ -37,11 +37,15 @@ def _generator():  # type: ignore[no-untyped-def]
 
 def _git() -> dict[str, object]:
     def run(*cmd: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *cmd], check=False, capture_output=True,
-                              text=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(ROOT), *cmd], check=False, capture_output=True, text=True
+        ).stdout
+
     dirty = run("status", "--porcelain", "--", "lakecurate", "sql").splitlines()
-    return {"commit": run("rev-parse", "HEAD").strip(),
-            "uncommitted_changes_in_lakecurate_or_sql": [d[3:] for d in dirty if d.strip()]}
+    return {
+        "commit": run("rev-parse", "HEAD").strip(),
+        "uncommitted_changes_in_lakecurate_or_sql": [d[3:] for d in dirty if d.strip()],
+    }
 
 
 def main() -> None:
@@ -50,8 +54,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=3.0, help="generator scale")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
-                    "bench_index_ingest.json")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "bench_index_ingest.json"
+    )
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,30 +74,38 @@ def main() -> None:
             wall = time.perf_counter() - started
             idx = report.index
             chunks = max(1, report.chunks_committed)
-            runs.append({"chunks": report.chunks_committed, "documents": report.rows_in,
-                         "wall_seconds": round(wall, 3),
-                         "index_seconds": round(idx["seconds"], 4),
-                         "index_share": round(idx["seconds"] / wall, 4),
-                         "index_ms_per_chunk": round(1000 * idx["seconds"] / chunks, 3),
-                         "lookup_ms_per_chunk": round(1000 * idx.get("lookup_seconds", 0)
-                                                      / chunks, 3),
-                         "write_ms_per_chunk": round(1000 * idx.get("write_seconds", 0)
-                                                     / chunks, 3),
-                         "wall_ms_per_chunk": round(1000 * wall / chunks, 1),
-                         "lookups": idx["lookups"], "maybe": idx["maybe"],
-                         "tier2_queries": idx["tier2_queries"],
-                         "tier2_hits": idx["tier2_hits"],
-                         "loadavg_before": [round(x, 2) for x in load_before],
-                         "loadavg_after": [round(x, 2) for x in os.getloadavg()]})
+            runs.append(
+                {
+                    "chunks": report.chunks_committed,
+                    "documents": report.rows_in,
+                    "wall_seconds": round(wall, 3),
+                    "index_seconds": round(idx["seconds"], 4),
+                    "index_share": round(idx["seconds"] / wall, 4),
+                    "index_ms_per_chunk": round(1000 * idx["seconds"] / chunks, 3),
+                    "lookup_ms_per_chunk": round(1000 * idx.get("lookup_seconds", 0) / chunks, 3),
+                    "write_ms_per_chunk": round(1000 * idx.get("write_seconds", 0) / chunks, 3),
+                    "wall_ms_per_chunk": round(1000 * wall / chunks, 1),
+                    "lookups": idx["lookups"],
+                    "maybe": idx["maybe"],
+                    "tier2_queries": idx["tier2_queries"],
+                    "tier2_hits": idx["tier2_hits"],
+                    "loadavg_before": [round(x, 2) for x in load_before],
+                    "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                }
+            )
             print(json.dumps(runs[-1]), flush=True)
-    result = {"benchmark": "bench_index_ingest", "command": " ".join(["python", *os.sys.argv]),
-              "chunk_size": chunk_size, "runs": runs,
-              "median_index_share": statistics.median(r["index_share"] for r in runs),
-              "median_wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
-              "median_index_ms_per_chunk": statistics.median(r["index_ms_per_chunk"]
-                                                             for r in runs),
-              "cpus": os.cpu_count(), "git": _git(),
-              "target": "index share under 0.05"}
+    result = {
+        "benchmark": "bench_index_ingest",
+        "command": " ".join(["python", *os.sys.argv]),
+        "chunk_size": chunk_size,
+        "runs": runs,
+        "median_index_share": statistics.median(r["index_share"] for r in runs),
+        "median_wall_seconds": statistics.median(r["wall_seconds"] for r in runs),
+        "median_index_ms_per_chunk": statistics.median(r["index_ms_per_chunk"] for r in runs),
+        "cpus": os.cpu_count(),
+        "git": _git(),
+        "target": "index share under 0.05",
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = args.out.with_name(args.out.name + ".tmp")
     tmp_out.write_text(json.dumps(result, indent=2) + "\n")

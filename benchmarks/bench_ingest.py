@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 DEFAULT_CORPUS = HERE.parents[2] / "shared" / "data" / "real"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_ingest.json"
-READABLE_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl", ".parquet")  # lakecurate.chunking
+READABLE_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl", ".parquet")  # lakecurate.ingest.chunking
 SKIP_TARGET_SECONDS = 0.2
 
 
@@ -72,8 +72,14 @@ def summary(xs: list[float]) -> dict[str, Any]:
         return {"n": 0}
     s = sorted(xs)
     p95 = s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
-    return {"n": len(s), "median": round(statistics.median(s), 6), "min": round(s[0], 6),
-            "p95": round(p95, 6), "max": round(s[-1], 6), "sum": round(sum(s), 6)}
+    return {
+        "n": len(s),
+        "median": round(statistics.median(s), 6),
+        "min": round(s[0], 6),
+        "p95": round(p95, 6),
+        "max": round(s[-1], 6),
+        "sum": round(sum(s), 6),
+    }
 
 
 def mib_from_kib(kib: int) -> float:
@@ -82,7 +88,7 @@ def mib_from_kib(kib: int) -> float:
 
 def readable_format(path: str) -> str | None:
     try:
-        from lakecurate.chunking import detect_format
+        from lakecurate.ingest.chunking import detect_format
     except ImportError:  # keep working if the module moves
         low = path.lower()
         return next((s[1:] for s in READABLE_SUFFIXES if low.endswith(s)), None)
@@ -116,6 +122,7 @@ def iter_lines(path: str):
             return
         with open(path, "rb") as raw:
             import io
+
             yield from io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw))
     elif low.endswith(".jsonl"):
         with open(path, "rb") as f:
@@ -141,13 +148,24 @@ def uncompressed_bytes(files: list[str]) -> int | None:
 
 def git_info() -> dict[str, Any]:
     try:
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=False,
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--",
-                                "lakecurate", "sql"], check=False, capture_output=True,
-                               text=True, timeout=10).stdout.split("\n")
-        return {"commit": head or None,
-                "uncommitted_changes_in_lakecurate_or_sql": [d[3:] for d in dirty if d.strip()]}
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "lakecurate", "sql"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split("\n")
+        return {
+            "commit": head or None,
+            "uncommitted_changes_in_lakecurate_or_sql": [d[3:] for d in dirty if d.strip()],
+        }
     except (OSError, subprocess.SubprocessError):
         return {"commit": None}
 
@@ -158,6 +176,7 @@ def environment() -> dict[str, Any]:
     import pyarrow
 
     import lakecurate
+
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     mem = None
     try:
@@ -165,24 +184,34 @@ def environment() -> dict[str, Any]:
             mem = int(f.readline().split()[1]) // 1024
     except OSError:
         pass
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": cpus, "mem_total_mib": mem, "lakecurate": lakecurate.__version__,
-            "duckdb": duckdb.__version__, "deltalake": deltalake.__version__,
-            "pyarrow": pyarrow.__version__, "git": git_info()}
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": cpus,
+        "mem_total_mib": mem,
+        "lakecurate": lakecurate.__version__,
+        "duckdb": duckdb.__version__,
+        "deltalake": deltalake.__version__,
+        "pyarrow": pyarrow.__version__,
+        "git": git_info(),
+    }
 
 
 def delta_version(lake: Path) -> int:
     from lakecurate.lake.delta import DeltaStore
+
     return DeltaStore(lake / "documents").version()
 
 
 def commit_count(lake: Path) -> int:
     from lakecurate.api import Lake
+
     return int(Lake.open(lake).sql("select count(*) from commits").rows[0][0])
 
 
 def make_config(chunk_size: int):
     from lakecurate.config import Config, IngestConfig
+
     return Config(ingest=IngestConfig(chunk_size=chunk_size))
 
 
@@ -222,7 +251,7 @@ class TreeRSSSampler(threading.Thread):
                     stat = f.read()
             except OSError:
                 continue
-            fields = stat[stat.rfind(b")") + 2:].split()
+            fields = stat[stat.rfind(b")") + 2 :].split()
             # fields[1] = ppid, fields[21] = rss in pages (stat(5): fields 4 and 24)
             out[int(name)] = (int(fields[1]), int(fields[21]) * PAGE_KIB)
         return out
@@ -282,18 +311,21 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
     Wrapping adds two perf_counter calls per chunk, i.e. nothing measurable.
     """
     from lakecurate.api import Lake
-    from lakecurate.commit import Committer
+    from lakecurate.ingest.commit import Committer
     from lakecurate.lake.delta import DeltaStore
-    from lakecurate.state import StateStore
+    from lakecurate.store.state import StateStore
     from lakecurate.types import ChunkResult
 
-    timings: dict[str, list[float]] = {"delta_append": [], "committer_commit": [],
-                                       "finish_append": [], "worker_seconds": [],
-                                       "driver_rss_mib_after_commit": []}
+    timings: dict[str, list[float]] = {
+        "delta_append": [],
+        "committer_commit": [],
+        "finish_append": [],
+        "worker_seconds": [],
+        "driver_rss_mib_after_commit": [],
+    }
     missing: list[str] = []
 
-    def timed(cls: type, name: str, bucket: str, on_call: Any = None,
-              after: Any = None) -> None:
+    def timed(cls: type, name: str, bucket: str, on_call: Any = None, after: Any = None) -> None:
         orig = getattr(cls, name, None)
         if orig is None:  # the code moved: report it rather than crash
             missing.append(f"{cls.__name__}.{name}")
@@ -315,7 +347,8 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
     def rss_now() -> None:  # current (not peak) RSS of the driver: shows growth per chunk
         with open("/proc/self/statm") as f:
             timings["driver_rss_mib_after_commit"].append(
-                round(int(f.read().split()[1]) * PAGE_KIB / 1024, 1))
+                round(int(f.read().split()[1]) * PAGE_KIB / 1024, 1)
+            )
 
     def worker_seconds(*args: Any) -> None:  # commit(result) or commit(spec, result)
         for a in args:
@@ -324,15 +357,20 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
                 return
 
     timed(DeltaStore, "append", "delta_append")
-    timed(Committer, "commit", "committer_commit",
-          worker_seconds,
-          rss_now if os.path.exists("/proc/self/statm") else None)
+    timed(
+        Committer,
+        "commit",
+        "committer_commit",
+        worker_seconds,
+        rss_now if os.path.exists("/proc/self/statm") else None,
+    )
     timed(StateStore, "finish_append", "finish_append")
 
     profiler = None
     if spec.get("profile"):
         try:
             from pyinstrument import Profiler
+
             profiler = Profiler(interval=0.001)
         except ImportError:
             profiler = None
@@ -356,18 +394,25 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
     self_ru = resource.getrusage(resource.RUSAGE_SELF)
     child_ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     out: dict[str, Any] = {
-        "wall_seconds": wall, "report_seconds": report.seconds, "outcome": report.outcome,
-        "files": report.files, "files_read": report.files_read,
-        "chunks_planned": report.chunks_planned, "chunks_committed": report.chunks_committed,
-        "rows_in": report.rows_in, "rows_kept": report.rows_kept,
-        "dead": [list(d) for d in report.dead], "file_errors": report.file_errors,
+        "wall_seconds": wall,
+        "report_seconds": report.seconds,
+        "outcome": report.outcome,
+        "files": report.files,
+        "files_read": report.files_read,
+        "chunks_planned": report.chunks_planned,
+        "chunks_committed": report.chunks_committed,
+        "rows_in": report.rows_in,
+        "rows_kept": report.rows_kept,
+        "dead": [list(d) for d in report.dead],
+        "file_errors": report.file_errors,
         "delta_version": delta_version(lake),
         "driver_peak_rss_mib": mib_from_kib(self_ru.ru_maxrss),
         "driver_rss_before_ingest_mib": mib_from_kib(rss_before),
         "largest_child_peak_rss_mib": mib_from_kib(child_ru.ru_maxrss),
         "driver_cpu_seconds": self_ru.ru_utime + self_ru.ru_stime,
         "children_cpu_seconds": child_ru.ru_utime + child_ru.ru_stime,
-        "timings": timings, "not_instrumented": missing,
+        "timings": timings,
+        "not_instrumented": missing,
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }
@@ -376,21 +421,35 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
         out["workers_peak_rss_sum_mib_sampled"] = mib_from_kib(sampler.peak_workers_kib)
         out["max_processes_in_tree"] = sampler.max_procs
     if profiler:
-        Path(spec["profile"]).write_text(profiler.output_text(unicode=False, color=False),
-                                         encoding="utf-8")
+        Path(spec["profile"]).write_text(
+            profiler.output_text(unicode=False, color=False), encoding="utf-8"
+        )
     return out
 
 
-def run_child_fresh(inputs: list[str], lake: Path, args: argparse.Namespace, chunk_size: int,
-                    profile: Path | None = None) -> dict[str, Any]:
-    spec = {"inputs": inputs, "lake": str(lake), "chunk_size": chunk_size,
-            "workers": args.workers, "rss_sample_ms": args.rss_sample_ms,
-            "profile": str(profile) if profile else None}
+def run_child_fresh(
+    inputs: list[str],
+    lake: Path,
+    args: argparse.Namespace,
+    chunk_size: int,
+    profile: Path | None = None,
+) -> dict[str, Any]:
+    spec = {
+        "inputs": inputs,
+        "lake": str(lake),
+        "chunk_size": chunk_size,
+        "workers": args.workers,
+        "rss_sample_ms": args.rss_sample_ms,
+        "profile": str(profile) if profile else None,
+    }
     spec_file = lake.with_name(lake.name + ".spec.json")
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     out_file = lake.with_name(lake.name + ".out.json")
-    proc = subprocess.run([sys.executable, str(HERE), "--_child", str(spec_file), str(out_file)],
-                          check=False, cwd=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(HERE), "--_child", str(spec_file), str(out_file)],
+        check=False,
+        cwd=str(REPO),
+    )
     if proc.returncode != 0 or not out_file.exists():
         raise SystemExit(f"the benchmark child for {lake} failed (exit {proc.returncode})")
     return json.loads(out_file.read_text(encoding="utf-8"))
@@ -399,21 +458,25 @@ def run_child_fresh(inputs: list[str], lake: Path, args: argparse.Namespace, chu
 # ---------------------------------------------------------------------------------------------
 # the benchmarks
 # ---------------------------------------------------------------------------------------------
-def bench_fresh(inputs: list[str], in_bytes: int, raw_bytes: int | None, work: Path,
-                args: argparse.Namespace) -> tuple[dict[str, Any], Path]:
+def bench_fresh(
+    inputs: list[str], in_bytes: int, raw_bytes: int | None, work: Path, args: argparse.Namespace
+) -> tuple[dict[str, Any], Path]:
     runs = []
     lake = work / "lake_fresh_0"
     for i in range(args.repeat_ingest):
         lake = work / f"lake_fresh_{i}"
         r = run_child_fresh(inputs, lake, args, args.chunk_size_bytes)
         if r["outcome"] != "OK" or r["chunks_committed"] != r["chunks_planned"]:
-            raise SystemExit(f"fresh ingest {i} did not complete: {r['outcome']} {r['dead']} "
-                             f"{r['file_errors']}")
+            raise SystemExit(
+                f"fresh ingest {i} did not complete: {r['outcome']} {r['dead']} {r['file_errors']}"
+            )
         runs.append(r)
-        print(f"  fresh ingest {i + 1}/{args.repeat_ingest}: {r['wall_seconds']:.2f} s, "
-              f"{r['rows_in'] / r['wall_seconds']:,.0f} docs/s, "
-              f"{r['chunks_committed']} chunks, driver peak {r['driver_peak_rss_mib']} MiB",
-              flush=True)
+        print(
+            f"  fresh ingest {i + 1}/{args.repeat_ingest}: {r['wall_seconds']:.2f} s, "
+            f"{r['rows_in'] / r['wall_seconds']:,.0f} docs/s, "
+            f"{r['chunks_committed']} chunks, driver peak {r['driver_peak_rss_mib']} MiB",
+            flush=True,
+        )
         if i < args.repeat_ingest - 1 and not args.keep:
             shutil.rmtree(lake, ignore_errors=True)
     walls = [r["wall_seconds"] for r in runs]
@@ -425,24 +488,30 @@ def bench_fresh(inputs: list[str], in_bytes: int, raw_bytes: int | None, work: P
     med_wall = statistics.median(walls)
     res: dict[str, Any] = {
         "what": "fresh ingest into an empty temp lake (each run in its own child process)",
-        "workers": args.workers, "chunk_size": args.chunk_size,
-        "chunk_size_bytes": args.chunk_size_bytes, "repeats": len(runs),
-        "files": runs[0]["files"], "chunks": runs[0]["chunks_committed"],
-        "documents": docs, "documents_kept": runs[0]["rows_kept"],
-        "input_bytes": in_bytes, "input_bytes_uncompressed": raw_bytes,
+        "workers": args.workers,
+        "chunk_size": args.chunk_size,
+        "chunk_size_bytes": args.chunk_size_bytes,
+        "repeats": len(runs),
+        "files": runs[0]["files"],
+        "chunks": runs[0]["chunks_committed"],
+        "documents": docs,
+        "documents_kept": runs[0]["rows_kept"],
+        "input_bytes": in_bytes,
+        "input_bytes_uncompressed": raw_bytes,
         "wall_seconds": summary(walls),
         "documents_per_second": round(docs / med_wall, 1),
         "input_mb_per_second": round(in_bytes / 1e6 / med_wall, 3),
-        "uncompressed_mb_per_second": (round(raw_bytes / 1e6 / med_wall, 3)
-                                       if raw_bytes else None),
+        "uncompressed_mb_per_second": (round(raw_bytes / 1e6 / med_wall, 3) if raw_bytes else None),
         "delta_versions_after": runs[0]["delta_version"],
         "driver_peak_rss_mib": median([r["driver_peak_rss_mib"] for r in runs]),
         "driver_rss_before_ingest_mib": median([r["driver_rss_before_ingest_mib"] for r in runs]),
         "largest_worker_peak_rss_mib": median([r["largest_child_peak_rss_mib"] for r in runs]),
-        "tree_peak_rss_mib_sampled": median([r.get("tree_peak_rss_mib_sampled", 0)
-                                             for r in runs]) or None,
-        "workers_peak_rss_sum_mib_sampled": median([r.get("workers_peak_rss_sum_mib_sampled", 0)
-                                                    for r in runs]) or None,
+        "tree_peak_rss_mib_sampled": median([r.get("tree_peak_rss_mib_sampled", 0) for r in runs])
+        or None,
+        "workers_peak_rss_sum_mib_sampled": median(
+            [r.get("workers_peak_rss_sum_mib_sampled", 0) for r in runs]
+        )
+        or None,
         "driver_cpu_seconds": summary([r["driver_cpu_seconds"] for r in runs]),
         "workers_cpu_seconds": summary([r["children_cpu_seconds"] for r in runs]),
         "delta_commit_seconds": summary(all_append),
@@ -450,15 +519,17 @@ def bench_fresh(inputs: list[str], in_bytes: int, raw_bytes: int | None, work: P
         "state_success_txn_seconds": summary(all_finish),
         "worker_seconds_per_chunk": summary(all_worker),
         "driver_commit_share_of_wall": round(
-            median([sum(r["timings"]["committer_commit"]) / r["wall_seconds"] for r in runs]), 3),
+            median([sum(r["timings"]["committer_commit"]) / r["wall_seconds"] for r in runs]), 3
+        ),
         "driver_rss_mib_after_each_commit_run0": runs[0]["timings"]["driver_rss_mib_after_commit"],
         "runs": [{k: v for k, v in r.items() if k != "timings"} for r in runs],
     }
     return res, lake
 
 
-def bench_rerun(inputs: list[str], lake: Path, args: argparse.Namespace,
-                cli_inputs: list[str]) -> dict[str, Any]:
+def bench_rerun(
+    inputs: list[str], lake: Path, args: argparse.Namespace, cli_inputs: list[str]
+) -> dict[str, Any]:
     from lakecurate.api import Lake
 
     cfg = make_config(args.chunk_size_bytes)
@@ -470,8 +541,17 @@ def bench_rerun(inputs: list[str], lake: Path, args: argparse.Namespace,
         api.append(time.perf_counter() - t0)
         reports.append(r)
     cli = []
-    cli_cmd = [sys.executable, "-m", "lakecurate", "ingest", *cli_inputs, "--lake", str(lake),
-               "--workers", str(args.workers)]
+    cli_cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        *cli_inputs,
+        "--lake",
+        str(lake),
+        "--workers",
+        str(args.workers),
+    ]
     for _ in range(args.repeat):
         t0 = time.perf_counter()
         p = subprocess.run(cli_cmd, check=False, capture_output=True, text=True, cwd=str(REPO))
@@ -481,8 +561,7 @@ def bench_rerun(inputs: list[str], lake: Path, args: argparse.Namespace,
     imp = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import lakecurate.cli"], check=True,
-                       cwd=str(REPO))
+        subprocess.run([sys.executable, "-c", "import lakecurate.cli"], check=True, cwd=str(REPO))
         imp.append(time.perf_counter() - t0)
     v1, c1 = delta_version(lake), commit_count(lake)
     return {
@@ -497,11 +576,18 @@ def bench_rerun(inputs: list[str], lake: Path, args: argparse.Namespace,
         "files_read": max(r.files_read for r in reports),
         "chunks_todo": max(r.chunks_todo for r in reports),
         "chunks_planned": reports[0].chunks_planned,
-        "delta_version_before": v0, "delta_version_after": v1,
-        "new_delta_versions": v1 - v0, "new_commit_intents": c1 - c0,
-        "ok": (v1 == v0 and c1 == c0 and all(r.files_read == 0 and r.chunks_todo == 0
-                                             and r.outcome == "NOTHING_TO_DO"
-                                             for r in reports)),
+        "delta_version_before": v0,
+        "delta_version_after": v1,
+        "new_delta_versions": v1 - v0,
+        "new_commit_intents": c1 - c0,
+        "ok": (
+            v1 == v0
+            and c1 == c0
+            and all(
+                r.files_read == 0 and r.chunks_todo == 0 and r.outcome == "NOTHING_TO_DO"
+                for r in reports
+            )
+        ),
     }
 
 
@@ -512,8 +598,8 @@ def skip_decision(lake: Path, inputs: list[str], chunk_size: int, repeat: int) -
     ``state.todo(keys of the plan)``. ``plan_file`` (the only code path that reads input bytes)
     is wrapped with a counter to prove no input is re-read.
     """
-    import lakecurate.plan as plan_mod
-    from lakecurate.state import StateStore
+    import lakecurate.ingest.plan as plan_mod
+    from lakecurate.store.state import StateStore
 
     reads = {"plan_file_calls": 0}
     orig_plan_file = plan_mod.plan_file
@@ -554,14 +640,18 @@ def skip_decision(lake: Path, inputs: list[str], chunk_size: int, repeat: int) -
         "skip_decision_seconds": summary(both),
         "target_seconds": SKIP_TARGET_SECONDS,
         "meets_target": med < SKIP_TARGET_SECONDS and n_todo == 0 and files_read == 0,
-        "files": files, "chunks_planned": n_specs, "chunks_todo": n_todo,
-        "files_read": files_read, "bytes_read": bytes_read,
+        "files": files,
+        "chunks_planned": n_specs,
+        "chunks_todo": n_todo,
+        "files_read": files_read,
+        "bytes_read": bytes_read,
         "plan_file_calls": reads["plan_file_calls"],
     }
 
 
-def whole_rerun(lake: Path, inputs: list[str], chunk_size: int, workers: int,
-                repeat: int, profile: Path | None) -> dict[str, Any]:
+def whole_rerun(
+    lake: Path, inputs: list[str], chunk_size: int, workers: int, repeat: int, profile: Path | None
+) -> dict[str, Any]:
     from lakecurate.api import Lake
 
     cfg = make_config(chunk_size)
@@ -590,7 +680,8 @@ def whole_rerun(lake: Path, inputs: list[str], chunk_size: int, workers: int,
         "outcomes": sorted({r.outcome for r in reports}),
         "files_read": max(r.files_read for r in reports),
         "chunks_todo": max(r.chunks_todo for r in reports),
-        "new_delta_versions": v1 - v0, "new_commit_intents": c1 - c0,
+        "new_delta_versions": v1 - v0,
+        "new_commit_intents": c1 - c0,
         "delta_version": v1,
     }
 
@@ -622,7 +713,7 @@ def build_many_files(folder: Path, files: list[str], n: int, per_file: int) -> l
     out = []
     for i in range(n):
         p = folder / f"part_{i:05d}.jsonl"
-        p.write_bytes(b"".join(lines[i * per_file:(i + 1) * per_file]))
+        p.write_bytes(b"".join(lines[i * per_file : (i + 1) * per_file]))
         out.append(str(p))
     return out
 
@@ -656,30 +747,53 @@ def build_one_file(path: Path, files: list[str], n_chunks: int, chunk_size: int)
 
 def bench_skip(files: list[str], work: Path, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "what": ("re-run over a lake with >= N SUCCESS chunks: the whole Lake.ingest call, and "
-                 "just make_plan + state.todo on an opened StateStore (median of --repeat)"),
-        "target_seconds": SKIP_TARGET_SECONDS, "cases": {}}
+        "what": (
+            "re-run over a lake with >= N SUCCESS chunks: the whole Lake.ingest call, and "
+            "just make_plan + state.todo on an opened StateStore (median of --repeat)"
+        ),
+        "target_seconds": SKIP_TARGET_SECONDS,
+        "cases": {},
+    }
     n = args.skip_chunks
     cases = []
     if "files" in args.skip_cases:
         folder = work / "many_files"
         t0 = time.perf_counter()
         paths = build_many_files(folder, files, n, args.lines_per_file)
-        cases.append(("many_files", f"{n} JSONL files of {args.lines_per_file} lines, one chunk "
-                      "each (per-file stat work)", [str(folder)], paths, args.chunk_size_bytes,
-                      time.perf_counter() - t0))
+        cases.append(
+            (
+                "many_files",
+                f"{n} JSONL files of {args.lines_per_file} lines, one chunk "
+                "each (per-file stat work)",
+                [str(folder)],
+                paths,
+                args.chunk_size_bytes,
+                time.perf_counter() - t0,
+            )
+        )
     if "chunks" in args.skip_cases:
         big = work / "one_file" / "one_big.jsonl"
         t0 = time.perf_counter()
         size = build_one_file(big, files, n, args.skip_chunk_size_bytes)
-        cases.append(("one_file", f"one {size / 1e6:.1f} MB JSONL file cut into {n} chunks of "
-                      f"{args.skip_chunk_size} (per-chunk work)", [str(big)], [str(big)],
-                      args.skip_chunk_size_bytes, time.perf_counter() - t0))
+        cases.append(
+            (
+                "one_file",
+                f"one {size / 1e6:.1f} MB JSONL file cut into {n} chunks of "
+                f"{args.skip_chunk_size} (per-chunk work)",
+                [str(big)],
+                [str(big)],
+                args.skip_chunk_size_bytes,
+                time.perf_counter() - t0,
+            )
+        )
     for name, desc, inputs, paths, chunk_size, gen_seconds in cases:
         print(f"  building {name}: {desc} ...", flush=True)
         lake = work / f"lake_{name}"
-        build_profile = ((args.out.parent / f"profile_build_{name}_driver.txt")
-                         if args.profile and name == "one_file" else None)
+        build_profile = (
+            (args.out.parent / f"profile_build_{name}_driver.txt")
+            if args.profile and name == "one_file"
+            else None
+        )
         try:
             build = run_child_fresh(inputs, lake, args, chunk_size, profile=build_profile)
         except SystemExit as exc:  # lakecurate itself failed: keep the other case's figures
@@ -687,22 +801,33 @@ def bench_skip(files: list[str], work: Path, args: argparse.Namespace) -> dict[s
             out["cases"][name] = {"description": desc, "error": str(exc)}
             continue
         if build["outcome"] != "OK" or build["chunks_committed"] < n:
-            out["cases"][name] = {"description": desc, "error": (
-                f"build ended {build['outcome']} with {build['chunks_committed']} chunks")}
+            out["cases"][name] = {
+                "description": desc,
+                "error": (
+                    f"build ended {build['outcome']} with {build['chunks_committed']} chunks"
+                ),
+            }
             continue
         appends = build["timings"]["delta_append"]
         in_bytes = sum(os.path.getsize(p) for p in paths)
-        print(f"  built {name}: {build['chunks_committed']} chunks in "
-              f"{build['wall_seconds']:.1f} s; timing the re-run ...", flush=True)
+        print(
+            f"  built {name}: {build['chunks_committed']} chunks in "
+            f"{build['wall_seconds']:.1f} s; timing the re-run ...",
+            flush=True,
+        )
         profile = (args.out.parent / f"profile_rerun_{name}.txt") if args.profile else None
         whole = whole_rerun(lake, inputs, chunk_size, args.workers, args.repeat, profile)
         decision = skip_decision(lake, inputs, chunk_size, args.repeat)
         out["cases"][name] = {
-            "description": desc, "inputs": inputs, "chunk_size_bytes": chunk_size,
-            "input_bytes": in_bytes, "generate_seconds": round(gen_seconds, 3),
+            "description": desc,
+            "inputs": inputs,
+            "chunk_size_bytes": chunk_size,
+            "input_bytes": in_bytes,
+            "generate_seconds": round(gen_seconds, 3),
             "build": {
                 "wall_seconds": round(build["wall_seconds"], 3),
-                "chunks": build["chunks_committed"], "documents": build["rows_in"],
+                "chunks": build["chunks_committed"],
+                "documents": build["rows_in"],
                 "documents_per_second": round(build["rows_in"] / build["wall_seconds"], 1),
                 "input_mb_per_second": round(in_bytes / 1e6 / build["wall_seconds"], 3),
                 "driver_peak_rss_mib": build["driver_peak_rss_mib"],
@@ -711,14 +836,17 @@ def bench_skip(files: list[str], work: Path, args: argparse.Namespace) -> dict[s
                 "delta_commit_first_100_median": median(appends[:100]),
                 "delta_commit_last_100_median": median(appends[-100:]),
                 "delta_commit_median_per_100_commits": [
-                    round(statistics.median(appends[i:i + 100]), 4)
-                    for i in range(0, len(appends), 100)],
+                    round(statistics.median(appends[i : i + 100]), 4)
+                    for i in range(0, len(appends), 100)
+                ],
                 "driver_commit_per_chunk_seconds": summary(build["timings"]["committer_commit"]),
                 "driver_commit_share_of_wall": round(
-                    sum(build["timings"]["committer_commit"]) / build["wall_seconds"], 3),
+                    sum(build["timings"]["committer_commit"]) / build["wall_seconds"], 3
+                ),
                 "worker_seconds_per_chunk": summary(build["timings"]["worker_seconds"]),
                 "driver_rss_mib_after_commit_first_last": _first_last(
-                    build["timings"]["driver_rss_mib_after_commit"]),
+                    build["timings"]["driver_rss_mib_after_commit"]
+                ),
                 "profiled": bool(build_profile),
             },
             "rerun_whole_lake_ingest": whole,
@@ -739,10 +867,19 @@ def bench_delta_growth(n: int, work: Path) -> dict[str, Any]:
     import pyarrow as pa
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-    rows = pa.table({"id": pa.array([f"x{i}" for i in range(10)]),
-                     "text": pa.array(["hello world"] * 10), "kept": pa.array([True] * 10)})
-    out: dict[str, Any] = {"what": bench_delta_growth.__doc__.split("\n\n")[0].strip(),
-                           "commits": n, "block": 100, "runs": {}}
+    rows = pa.table(
+        {
+            "id": pa.array([f"x{i}" for i in range(10)]),
+            "text": pa.array(["hello world"] * 10),
+            "kept": pa.array([True] * 10),
+        }
+    )
+    out: dict[str, Any] = {
+        "what": bench_delta_growth.__doc__.split("\n\n")[0].strip(),
+        "commits": n,
+        "block": 100,
+        "runs": {},
+    }
     for mode in ("plain", "compact_halfway"):
         path = work / f"delta_{mode}"
         dt = None
@@ -752,9 +889,13 @@ def bench_delta_growth(n: int, work: Path) -> dict[str, Any]:
                 dt.optimize.compact()
                 dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
             t0 = time.perf_counter()
-            write_deltalake(dt if dt is not None else str(path), rows, mode="append",
-                            partition_by=["kept"], commit_properties=CommitProperties(
-                                app_transactions=[Transaction("bench", i + 1)]))
+            write_deltalake(
+                dt if dt is not None else str(path),
+                rows,
+                mode="append",
+                partition_by=["kept"],
+                commit_properties=CommitProperties(app_transactions=[Transaction("bench", i + 1)]),
+            )
             if dt is None:
                 dt = DeltaTable(str(path))
             dt.version()
@@ -762,13 +903,18 @@ def bench_delta_growth(n: int, work: Path) -> dict[str, Any]:
         assert dt is not None
         log = os.listdir(path / "_delta_log")
         out["runs"][mode] = {
-            "median_ms_per_100_commits": [round(statistics.median(times[i:i + 100]) * 1e3, 2)
-                                          for i in range(0, n, 100)],
-            "active_files_at_end": len(dt.file_uris()), "version_at_end": dt.version(),
+            "median_ms_per_100_commits": [
+                round(statistics.median(times[i : i + 100]) * 1e3, 2) for i in range(0, n, 100)
+            ],
+            "active_files_at_end": len(dt.file_uris()),
+            "version_at_end": dt.version(),
             "checkpoints_in_log": sum(".checkpoint." in name for name in log),
         }
-        print(f"  {mode:16s} median ms per 100 commits: "
-              f"{out['runs'][mode]['median_ms_per_100_commits']}", flush=True)
+        print(
+            f"  {mode:16s} median ms per 100 commits: "
+            f"{out['runs'][mode]['median_ms_per_100_commits']}",
+            flush=True,
+        )
     return out
 
 
@@ -776,38 +922,73 @@ def bench_delta_growth(n: int, work: Path) -> dict[str, Any]:
 # main
 # ---------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS,
-                    help=f"folder (or file) of inputs (default: {DEFAULT_CORPUS})")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--corpus",
+        type=Path,
+        default=DEFAULT_CORPUS,
+        help=f"folder (or file) of inputs (default: {DEFAULT_CORPUS})",
+    )
     ap.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--chunk-size", default="8MiB", help="target chunk size (default 8MiB)")
-    ap.add_argument("--repeat", type=int, default=5,
-                    help="repeats of the re-run / skip-decision timings (default 5)")
-    ap.add_argument("--repeat-ingest", type=int, default=3,
-                    help="repeats of the fresh ingest (default 3)")
-    ap.add_argument("--skip-chunks", type=int, default=1000,
-                    help="finished chunks in the skip-decision lakes (default 1000)")
-    ap.add_argument("--skip-cases", default="files,chunks",
-                    help="which skip lakes to build: 'files' (N files), 'chunks' (one file "
-                         "cut into N chunks), or both (default files,chunks)")
-    ap.add_argument("--skip-chunk-size", default="8KiB",
-                    help="chunk size of the one-file skip lake (default 8KiB)")
-    ap.add_argument("--lines-per-file", type=int, default=10,
-                    help="documents per file in the many-files skip lake (default 10)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="repeats of the re-run / skip-decision timings (default 5)",
+    )
+    ap.add_argument(
+        "--repeat-ingest", type=int, default=3, help="repeats of the fresh ingest (default 3)"
+    )
+    ap.add_argument(
+        "--skip-chunks",
+        type=int,
+        default=1000,
+        help="finished chunks in the skip-decision lakes (default 1000)",
+    )
+    ap.add_argument(
+        "--skip-cases",
+        default="files,chunks",
+        help="which skip lakes to build: 'files' (N files), 'chunks' (one file "
+        "cut into N chunks), or both (default files,chunks)",
+    )
+    ap.add_argument(
+        "--skip-chunk-size",
+        default="8KiB",
+        help="chunk size of the one-file skip lake (default 8KiB)",
+    )
+    ap.add_argument(
+        "--lines-per-file",
+        type=int,
+        default=10,
+        help="documents per file in the many-files skip lake (default 10)",
+    )
     ap.add_argument("--no-skip-bench", action="store_true", help="skip the 1,000-chunk lakes")
-    ap.add_argument("--rss-sample-ms", type=float, default=50,
-                    help="poll /proc for the summed RSS of the process tree every N ms "
-                         "(0 = off; default 50)")
-    ap.add_argument("--profile", action="store_true",
-                    help="also write pyinstrument profiles (fresh ingest driver, re-runs) to "
-                         "the results folder (pip install pyinstrument)")
+    ap.add_argument(
+        "--rss-sample-ms",
+        type=float,
+        default=50,
+        help="poll /proc for the summed RSS of the process tree every N ms (0 = off; default 50)",
+    )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="also write pyinstrument profiles (fresh ingest driver, re-runs) to "
+        "the results folder (pip install pyinstrument)",
+    )
     ap.add_argument("--tmp", type=Path, default=None, help="where temp lakes go")
     ap.add_argument("--keep", action="store_true", help="keep the temp lakes (prints where)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"default: {DEFAULT_OUT}")
-    ap.add_argument("--delta-growth", type=int, default=0, metavar="N",
-                    help="run only the deltalake-alone experiment: N appends, plain and with a "
-                         "compaction halfway (writes bench_delta_growth.json next to --out)")
+    ap.add_argument(
+        "--delta-growth",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run only the deltalake-alone experiment: N appends, plain and with a "
+        "compaction halfway (writes bench_delta_growth.json next to --out)",
+    )
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -823,14 +1004,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.delta_growth:
         work = Path(tempfile.mkdtemp(prefix="lakecurate-bench-delta-", dir=args.tmp))
         try:
-            print(f"deltalake alone: {args.delta_growth} appends, plain and compacted halfway",
-                  flush=True)
-            res = {"benchmark": "bench_ingest --delta-growth",
-                   "command": " ".join([sys.executable, *sys.argv]),
-                   "environment": environment(),
-                   "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-                   "delta_growth": bench_delta_growth(args.delta_growth, work),
-                   "loadavg_end": [round(x, 2) for x in os.getloadavg()]}
+            print(
+                f"deltalake alone: {args.delta_growth} appends, plain and compacted halfway",
+                flush=True,
+            )
+            res = {
+                "benchmark": "bench_ingest --delta-growth",
+                "command": " ".join([sys.executable, *sys.argv]),
+                "environment": environment(),
+                "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+                "delta_growth": bench_delta_growth(args.delta_growth, work),
+                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            }
         finally:
             shutil.rmtree(work, ignore_errors=True)
         target = args.out.resolve().with_name("bench_delta_growth.json")
@@ -855,51 +1040,71 @@ def main(argv: list[str] | None = None) -> int:
             f"corpus {corpus} not found. Point --corpus at a folder of .jsonl/.jsonl.gz/"
             ".jsonl.zst/.parquet files, or generate one:\n"
             f"    python examples/generate_corpus.py DIR --scale 20\n"
-            f"    python benchmarks/bench_ingest.py --corpus DIR")
+            f"    python benchmarks/bench_ingest.py --corpus DIR"
+        )
     if corpus.is_file():
         readable = readable_format(str(corpus)) is not None
         files, skipped = ([str(corpus)], []) if readable else ([], [str(corpus)])
     else:
         files, skipped = scan_corpus(corpus)
     if not files:
-        raise SystemExit(f"no file lakecurate reads under {corpus} (.jsonl, .jsonl.gz, "
-                         ".jsonl.zst, .parquet); skipped: {skipped}")
+        raise SystemExit(
+            f"no file lakecurate reads under {corpus} (.jsonl, .jsonl.gz, "
+            ".jsonl.zst, .parquet); skipped: {skipped}"
+        )
     if skipped:
-        print(f"skipping {len(skipped)} file(s) lakecurate does not read: "
-              + ", ".join(os.path.relpath(s, corpus) for s in skipped), flush=True)
+        print(
+            f"skipping {len(skipped)} file(s) lakecurate does not read: "
+            + ", ".join(os.path.relpath(s, corpus) for s in skipped),
+            flush=True,
+        )
     # Pass the folder when every file in it is readable (what a user types), else the list.
     inputs = [str(corpus)] if not skipped else files
     in_bytes = sum(os.path.getsize(p) for p in files)
     raw_bytes = uncompressed_bytes(files)
 
     results: dict[str, Any] = {
-        "benchmark": "bench_ingest", "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "benchmark": "bench_ingest",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join([sys.executable, *sys.argv]),
         "environment": environment(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
-        "corpus": {"path": str(corpus), "files": len(files), "skipped_files": skipped,
-                   "formats": sorted({readable_format(f) or "?" for f in files}),
-                   "input_bytes": in_bytes, "input_bytes_uncompressed": raw_bytes},
+        "corpus": {
+            "path": str(corpus),
+            "files": len(files),
+            "skipped_files": skipped,
+            "formats": sorted({readable_format(f) or "?" for f in files}),
+            "input_bytes": in_bytes,
+            "input_bytes_uncompressed": raw_bytes,
+        },
     }
-    print(f"corpus {corpus}: {len(files)} files, {in_bytes / 1e6:.1f} MB on disk"
-          + (f", {raw_bytes / 1e6:.1f} MB uncompressed" if raw_bytes else ""), flush=True)
+    print(
+        f"corpus {corpus}: {len(files)} files, {in_bytes / 1e6:.1f} MB on disk"
+        + (f", {raw_bytes / 1e6:.1f} MB uncompressed" if raw_bytes else ""),
+        flush=True,
+    )
 
     work = Path(tempfile.mkdtemp(prefix="lakecurate-bench-", dir=args.tmp))
     try:
-        print(f"[1/3] fresh ingest x{args.repeat_ingest} (workers={args.workers}, "
-              f"chunk size {args.chunk_size}) in {work}", flush=True)
+        print(
+            f"[1/3] fresh ingest x{args.repeat_ingest} (workers={args.workers}, "
+            f"chunk size {args.chunk_size}) in {work}",
+            flush=True,
+        )
         results["complete"] = False
         results["fresh_ingest"], lake = bench_fresh(inputs, in_bytes, raw_bytes, work, args)
         write_json_atomic(args.out, results)  # partial results survive a later failure
         if args.profile:
             prof = args.out.parent / "profile_fresh_ingest_driver.txt"
-            run_child_fresh(inputs, work / "lake_fresh_profiled", args, args.chunk_size_bytes,
-                            profile=prof)
+            run_child_fresh(
+                inputs, work / "lake_fresh_profiled", args, args.chunk_size_bytes, profile=prof
+            )
             results["fresh_ingest"]["profile"] = str(prof)
         print(f"[2/3] re-run on unchanged input x{args.repeat}", flush=True)
         rerun = bench_rerun(inputs, lake, args, inputs)
-        rerun["skip_decision_in_process"] = skip_decision(lake, inputs, args.chunk_size_bytes,
-                                                          args.repeat)
+        rerun["skip_decision_in_process"] = skip_decision(
+            lake, inputs, args.chunk_size_bytes, args.repeat
+        )
         results["rerun_unchanged"] = rerun
         if not rerun["ok"]:
             print("  WARNING: the re-run was not a clean 'nothing to do'", flush=True)
@@ -933,8 +1138,11 @@ def print_summary(res: dict[str, Any]) -> None:
         f"(min {f['wall_seconds']['min']:.2f}, max {f['wall_seconds']['max']:.2f})",
         f"  documents/s         {f['documents_per_second']:,.0f}",
         f"  MB/s (on disk)      {f['input_mb_per_second']:.2f}"
-        + (f"   (uncompressed: {f['uncompressed_mb_per_second']:.2f})"
-           if f["uncompressed_mb_per_second"] else ""),
+        + (
+            f"   (uncompressed: {f['uncompressed_mb_per_second']:.2f})"
+            if f["uncompressed_mb_per_second"]
+            else ""
+        ),
         f"  peak RSS            driver {f['driver_peak_rss_mib']} MiB, largest worker "
         f"{f['largest_worker_peak_rss_mib']} MiB, whole tree (sampled) "
         f"{f['tree_peak_rss_mib_sampled']} MiB",

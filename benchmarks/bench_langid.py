@@ -28,22 +28,33 @@ def eval_sets(data: Path) -> dict[str, list[tuple[str, str]]]:
     """(text, expected ISO 639-1) per evaluation set; UDHR keeps the languages lingua can name."""
     sets: dict[str, list[tuple[str, str]]] = {}
     for lang in ("en", "es", "fr"):
-        sets[f"wikipedia_{lang}"] = [(d["text"], lang) for d in
-                                     _read(data / f"wikipedia_vital_leads_{lang}.jsonl.gz")]
+        sets[f"wikipedia_{lang}"] = [
+            (d["text"], lang) for d in _read(data / f"wikipedia_vital_leads_{lang}.jsonl.gz")
+        ]
     sets["fortunes_zh"] = [(d["text"], "zh") for d in _read(data / "debian_fortunes_zh.jsonl.gz")]
     en_other = []
-    for name in ("c4_en_olmo_sample", "web_articles_scrapinghub_aeb", "nltk_rt_polarity_snippets",
-                 "debian_fortunes_en"):
+    for name in (
+        "c4_en_olmo_sample",
+        "web_articles_scrapinghub_aeb",
+        "nltk_rt_polarity_snippets",
+        "debian_fortunes_en",
+    ):
         en_other += [(d["text"], "en") for d in _read(data / f"{name}.jsonl.gz")]
     sets["english_web_reviews_fortunes"] = en_other
     try:
         from lingua import Language
-        iso3 = {lang.iso_code_639_3.name.lower(): lang.iso_code_639_1.name.lower()
-                for lang in Language.all()}
+
+        iso3 = {
+            lang.iso_code_639_3.name.lower(): lang.iso_code_639_1.name.lower()
+            for lang in Language.all()
+        }
     except ImportError:
         iso3 = {"eng": "en", "fra": "fr", "spa": "es", "deu": "de"}
-    sets["udhr"] = [(d["text"], iso3[d["lang"]]) for d in
-                    _read(data / "nltk_udhr2_multilingual.jsonl.gz") if d["lang"] in iso3]
+    sets["udhr"] = [
+        (d["text"], iso3[d["lang"]])
+        for d in _read(data / "nltk_udhr2_multilingual.jsonl.gz")
+        if d["lang"] in iso3
+    ]
     return sets
 
 
@@ -60,6 +71,7 @@ def _pycld2() -> Detector:
                 code, pct = "un", 0
             out.append(("zh" if code.startswith("zh") else code, pct / 100))
         return out
+
     return run
 
 
@@ -82,6 +94,7 @@ def _lingua(low: bool) -> Detector:
             top = vals[0]
             out.append((top.language.iso_code_639_1.name.lower(), top.value))
         return out
+
     return run
 
 
@@ -93,11 +106,13 @@ def _gcld3() -> Detector:
     def run(texts: list[str]) -> list[tuple[str, float]]:
         res = [det.FindLanguage(text=t) for t in texts]
         return [("zh" if r.language.startswith("zh") else r.language, r.probability) for r in res]
+
     return run
 
 
 CANDIDATES: dict[str, Callable[[], Detector]] = {
-    "pycld2": _pycld2, "py3langid": _py3langid,
+    "pycld2": _pycld2,
+    "py3langid": _py3langid,
     "lingua (high accuracy)": lambda: _lingua(False),
     "lingua (low accuracy)": lambda: _lingua(True),
     "gcld3": _gcld3,
@@ -106,11 +121,15 @@ CANDIDATES: dict[str, Callable[[], Detector]] = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2]
-                    / "shared" / "data" / "real")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path(__file__).resolve().parents[2] / "shared" / "data" / "real",
+    )
     ap.add_argument("--max-chars", type=int, default=2000)
-    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
-                    / "bench_langid.json")
+    ap.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "bench_langid.json"
+    )
     args = ap.parse_args()
     if not args.data.is_dir():
         print(f"skipped: {args.data} not found")
@@ -137,8 +156,16 @@ def main() -> None:
         row["docs_per_s"] = n_all / secs_all
         results[name] = row
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"max_chars": args.max_chars, "sizes": {
-        k: len(v) for k, v in sets.items()}, "results": results}, indent=2))
+    args.out.write_text(
+        json.dumps(
+            {
+                "max_chars": args.max_chars,
+                "sizes": {k: len(v) for k, v in sets.items()},
+                "results": results,
+            },
+            indent=2,
+        )
+    )
     cols = list(sets)
     print("| library | " + " | ".join(f"{c} (n={len(sets[c])})" for c in cols) + " | docs/s |")
     print("|---" * (len(cols) + 2) + "|")
@@ -146,8 +173,10 @@ def main() -> None:
         if "error" in row:
             print(f"| {name} | {row['error']} |")
             continue
-        accs = " | ".join(f"{100 * float(row[c]):.1f}%"  # type: ignore[arg-type]
-                          for c in cols)
+        accs = " | ".join(
+            f"{100 * float(row[c]):.1f}%"  # type: ignore[arg-type]
+            for c in cols
+        )
         print(f"| {name} | {accs} | {float(row['docs_per_s']):,.0f} |")  # type: ignore[arg-type]
 
 

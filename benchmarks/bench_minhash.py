@@ -12,7 +12,7 @@ earlier documents its LSH finds (first seen wins); with ``--link kept`` lakecura
 stricter rule instead (join only a cluster whose kept document is itself near, see
 docs/near-dedup.md). ``--num-perm`` applies to every tool. Rows:
 
-- ``lakecurate``: signatures with ``lsh.chunk_signatures`` (numpy, one thread), then
+- ``lakecurate``: signatures with ``bands.chunk_signatures`` (numpy, one thread), then
   ``NearDedupIndex.match_chunk``/``add_chunk`` over 8 chunks in DuckDB (threads=1), verified.
   Also timed, signatures only: the DuckDB Arrow UDF (``minhash_signature``), the Arrow UDF over
   DuckDB ``hash()`` token lists, and a row-at-a-time Python UDF calling the same numpy code.
@@ -88,12 +88,15 @@ def python_shingles(texts: Sequence[str]) -> list[list[str]]:
     out = []
     for text in texts:
         unit = doc_unit(text, "auto")
-        toks = ([c.lower() for c in text if not c.isspace()] if unit == "char"
-                else WORD.findall(text.lower()))
+        toks = (
+            [c.lower() for c in text if not c.isspace()]
+            if unit == "char"
+            else WORD.findall(text.lower())
+        )
         if len(toks) < 5:
             out.append([" ".join(toks)] if toks else [])
         else:
-            out.append([" ".join(toks[i:i + 5]) for i in range(len(toks) - 4)])
+            out.append([" ".join(toks[i : i + 5]) for i in range(len(toks) - 4)])
     return out
 
 
@@ -112,23 +115,28 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
     import pyarrow as pa
 
     from lakecurate import engine
-    from lakecurate.dedup import lsh
-    from lakecurate.dedup import minhash as mh
+    from lakecurate.steps.near import minhash as mh
+    from lakecurate.steps.near import signatures
+    from lakecurate.store import band_index
 
     cfg = mh.MinHashConfig(threshold=args.threshold, num_perm=args.num_perm)
     mh._table()  # the per-process lookup table, built once (about 0.1 s): not per document
     t0 = time.perf_counter()
-    sig, bands = lsh.chunk_signatures(texts, cfg)
+    sig, bands = signatures.chunk_signatures(texts, cfg)
     t_sig = time.perf_counter() - t0
     con = engine.connect(threads=1)
-    idx = lsh.NearDedupIndex(con, cfg, link=args.link)
+    idx = band_index.NearDedupIndex(con, cfg, link=args.link)
     idx.create_schema()
     t1 = time.perf_counter()
     parts = np.array_split(np.arange(len(texts)), CHUNKS)
     results = []
     for k, rows in enumerate(parts):
-        table = lsh.chunk_table(lsh.make_doc_seq(k, np.arange(len(rows))),
-                                [ids[i] for i in rows], sig.take(rows), bands.take(rows))
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(k, np.arange(len(rows))),
+            [ids[i] for i in rows],
+            sig.take(rows),
+            bands.take(rows),
+        )
         matched = idx.match_chunk(table)
         idx.add_chunk(table, matched)
         results.append(matched)
@@ -140,50 +148,17 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
         if c is None:
             labels.append(None)
         else:
-            ordinal, row = lsh.split_doc_seq(c)
+            ordinal, row = band_index.split_doc_seq(c)
             labels.append(int(starts[ordinal]) + row)
-    out: dict[str, Any] = {"seconds_signatures": t_sig, "seconds_lsh": t_lsh,
-                           "seconds_total": t_sig + t_lsh, "labels": labels,
-                           "config": {**cfg.describe(), "link": args.link}}
-    if args.udf:
-        out.update(udf_timings(texts, cfg))
+    out: dict[str, Any] = {
+        "seconds_signatures": t_sig,
+        "seconds_lsh": t_lsh,
+        "seconds_total": t_sig + t_lsh,
+        "labels": labels,
+        "config": {**cfg.describe(), "link": args.link},
+    }
     con.close()
     return out
-
-
-def udf_timings(texts: list[str], cfg: Any) -> dict[str, float]:
-    """Signatures only, three ways inside DuckDB on one thread."""
-    import duckdb.func
-    import pyarrow as pa
-
-    from lakecurate import engine
-    from lakecurate.dedup import lsh
-    from lakecurate.dedup import minhash as mh
-
-    con = engine.connect(threads=1)
-    lsh.register_minhash_udf(con, cfg)
-
-    def one_doc(text: str) -> list[int] | None:
-        sig = mh.signatures_of_texts([text], cfg)
-        return None if mh.is_empty(sig)[0] else sig[0].tolist()
-
-    con.create_function("minhash_row", one_doc, ["VARCHAR"], "UINTEGER[]",
-                        null_handling=duckdb.func.SPECIAL)
-    con.register("docs", pa.table({"text": texts}))
-    con.execute("CREATE TABLE t AS SELECT text FROM docs")  # a real table: DuckDB's own batches
-    timings = {}
-    for name, expr in (
-        ("seconds_udf_arrow", "minhash_bands(minhash_signature(text))"),
-        ("seconds_udf_duckdb_hash", "minhash_signature_of_hashes(list_transform(string_split("
-                                    "regexp_replace(lower(text), '[^\\p{L}\\p{N}\\p{M}_]+', ' ', "
-                                    "'g'), ' '), lambda w: hash(w)))"),
-        ("seconds_udf_row_at_a_time", "minhash_row(text)"),
-    ):
-        t0 = time.perf_counter()
-        con.sql(f"SELECT {expr} AS s FROM t").to_arrow_table()
-        timings[name] = time.perf_counter() - t0
-    con.close()
-    return timings
 
 
 def run_datasketch(ids: list[str], texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -210,14 +185,18 @@ def run_datasketch(ids: list[str], texts: list[str], args: argparse.Namespace) -
 
     labels = sequential_labels(len(texts), query)
     t_lsh = time.perf_counter() - t1
-    return {"seconds_signatures": t_sig, "seconds_lsh": t_lsh, "seconds_total": t_sig + t_lsh,
-            "labels": [None if e else x for x, e in zip(labels, empty, strict=True)]}
+    return {
+        "seconds_signatures": t_sig,
+        "seconds_lsh": t_lsh,
+        "seconds_total": t_sig + t_lsh,
+        "labels": [None if e else x for x, e in zip(labels, empty, strict=True)],
+    }
 
 
 def run_rensa(ids: list[str], texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     from rensa import RMinHash, RMinHashLSH
 
-    from lakecurate.dedup import minhash as mh
+    from lakecurate.steps.near import minhash as mh
 
     t0 = time.perf_counter()
     shingles = python_shingles(texts)
@@ -229,28 +208,42 @@ def run_rensa(ids: list[str], texts: list[str], args: argparse.Namespace) -> dic
     t_sig = time.perf_counter() - t0
     t1 = time.perf_counter()
     # rensa wants bands to divide num_perm: the best such layout under lakecurate's weighting.
-    bands = min((b for b in range(1, args.num_perm + 1) if args.num_perm % b == 0),
-                key=lambda b: sum(w * a for w, a in zip(
-                    (0.2, 0.8), mh._areas(args.threshold, b, args.num_perm // b), strict=True)))
+    bands = min(
+        (b for b in range(1, args.num_perm + 1) if args.num_perm % b == 0),
+        key=lambda b: sum(
+            w * a
+            for w, a in zip(
+                (0.2, 0.8), mh._areas(args.threshold, b, args.num_perm // b), strict=True
+            )
+        ),
+    )
     index = RMinHashLSH(threshold=args.threshold, num_perm=args.num_perm, num_bands=bands)
     empty = [not sh for sh in shingles]
 
     def query(i: int) -> list[int]:
         if empty[i]:
             return []
-        found = [int(k) for k in index.query(sigs[i])
-                 if sigs[i].jaccard(sigs[int(k)]) >= args.threshold]
+        found = [
+            int(k) for k in index.query(sigs[i]) if sigs[i].jaccard(sigs[int(k)]) >= args.threshold
+        ]
         index.insert(i, sigs[i])
         return found
 
     labels = sequential_labels(len(texts), query)
     t_lsh = time.perf_counter() - t1
-    return {"seconds_signatures": t_sig, "seconds_lsh": t_lsh, "seconds_total": t_sig + t_lsh,
-            "labels": [None if e else x for x, e in zip(labels, empty, strict=True)]}
+    return {
+        "seconds_signatures": t_sig,
+        "seconds_lsh": t_lsh,
+        "seconds_total": t_sig + t_lsh,
+        "labels": [None if e else x for x, e in zip(labels, empty, strict=True)],
+    }
 
 
 TOOLS: dict[str, Callable[[list[str], list[str], argparse.Namespace], dict[str, Any]]] = {
-    "lakecurate": run_lakecurate, "datasketch": run_datasketch, "rensa": run_rensa}
+    "lakecurate": run_lakecurate,
+    "datasketch": run_datasketch,
+    "rensa": run_rensa,
+}
 DISTS = {"lakecurate": "duckdb", "datasketch": "datasketch", "rensa": "rensa"}
 
 
@@ -260,16 +253,26 @@ def child(tool: str, out: Path, args: argparse.Namespace) -> None:
     out.write_text(json.dumps(result), encoding="utf-8")
 
 
-def run_child(tool: str, args: argparse.Namespace, udf: bool) -> dict[str, Any]:
+def run_child(tool: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
-        cmd = [sys.executable, __file__, "--_child", tool, str(out), "--threshold",
-               str(args.threshold), "--num-perm", str(args.num_perm), "--data", str(args.data),
-               "--link", getattr(args, "link", "any")]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--_child",
+            tool,
+            str(out),
+            "--threshold",
+            str(args.threshold),
+            "--num-perm",
+            str(args.num_perm),
+            "--data",
+            str(args.data),
+            "--link",
+            getattr(args, "link", "any"),
+        ]
         if args.limit:
             cmd += ["--limit", str(args.limit)]
-        if udf:
-            cmd.append("--udf")
         proc = subprocess.Popen(cmd)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -281,17 +284,23 @@ def run_child(tool: str, args: argparse.Namespace, udf: bool) -> dict[str, Any]:
 
 
 # -- quality --------------------------------------------------------------------------------------
-def score_clusters(ids: list[str], labels: list[int | None], data: Path,
-                   threshold: float | None) -> dict[str, Any]:
+def score_clusters(
+    ids: list[str], labels: list[int | None], data: Path, threshold: float | None
+) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for i, lab in enumerate(labels):
-            f.write(json.dumps({"id": ids[i], "cluster_id": f"c{lab if lab is not None else i}"})
-                    + "\n")
+            f.write(
+                json.dumps({"id": ids[i], "cluster_id": f"c{lab if lab is not None else i}"}) + "\n"
+            )
         pred = f.name
     try:
         extra = ["--threshold", str(threshold)] if threshold is not None else []
-        out = subprocess.run([sys.executable, str(TOOL), "score", str(data), pred, *extra],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, str(TOOL), "score", str(data), pred, *extra],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     finally:
         os.unlink(pred)
     scored: dict[str, Any] = json.loads(out.stdout)
@@ -308,8 +317,13 @@ def gold_pairs(data: Path) -> dict[tuple[str, str], float]:
     return pairs
 
 
-def score_decisions(ids: list[str], texts: list[str], labels: list[int | None],
-                    gold: dict[tuple[str, str], float], threshold: float) -> dict[str, Any]:
+def score_decisions(
+    ids: list[str],
+    texts: list[str],
+    labels: list[int | None],
+    gold: dict[tuple[str, str], float],
+    threshold: float,
+) -> dict[str, Any]:
     tool = tool_module()
     dropped = [i for i, lab in enumerate(labels) if lab is not None and lab != i]
     cache: dict[int, set[int]] = {}
@@ -328,12 +342,18 @@ def score_decisions(ids: list[str], texts: list[str], labels: list[int | None],
     hit = sum(1 for i in should if labels[i] is not None and labels[i] != i)
     p = good / len(dropped) if dropped else 1.0
     r = hit / len(should) if should else 1.0
-    return {"dropped": len(dropped), "precision": round(p, 4), "recall": round(r, 4),
-            "f1": round(2 * p * r / (p + r) if p + r else 0.0, 4), "should_drop": len(should)}
+    return {
+        "dropped": len(dropped),
+        "precision": round(p, 4),
+        "recall": round(r, 4),
+        "f1": round(2 * p * r / (p + r) if p + r else 0.0, 4),
+        "should_drop": len(should),
+    }
 
 
-def oracle(ids: list[str], gold: dict[tuple[str, str], float],
-           threshold: float) -> dict[str, dict[str, float]]:
+def oracle(
+    ids: list[str], gold: dict[tuple[str, str], float], threshold: float
+) -> dict[str, dict[str, float]]:
     """The pair score (``clusters_j``) of three clusterings made from the EXACT Jaccard of the
     ground truth (no estimation error, the data set's own shingles), documents in file order:
 
@@ -356,12 +376,17 @@ def oracle(ids: list[str], gold: dict[tuple[str, str], float],
         members = defaultdict(list)
         for i, lab in enumerate(label):
             members[lab].append(ids[i])
-        pred = {p for m in members.values() if len(m) > 1
-                for p in itertools.combinations(sorted(m), 2)}
+        pred = {
+            p for m in members.values() if len(m) > 1 for p in itertools.combinations(sorted(m), 2)
+        }
         tp = len(pred & true)
         p, r = tp / len(pred), tp / len(true)
-        return {"precision": round(p, 4), "recall": round(r, 4),
-                "f1": round(2 * p * r / (p + r), 4), "pred_pairs": len(pred)}
+        return {
+            "precision": round(p, 4),
+            "recall": round(r, 4),
+            "f1": round(2 * p * r / (p + r), 4),
+            "pred_pairs": len(pred),
+        }
 
     parent = list(range(len(ids)))
 
@@ -385,22 +410,29 @@ def oracle(ids: list[str], gold: dict[tuple[str, str], float],
                 clique[d] = c
                 break
         members[clique[d]].append(d)
-    return {"components": scored(components), "star_first_kept": scored(star),
-            "clique_first_fit": scored(clique)}
+    return {
+        "components": scored(components),
+        "star_first_kept": scored(star),
+        "clique_first_fit": scored(clique),
+    }
 
 
-def summarise(results: list[dict[str, Any]], ids: list[str], texts: list[str], gold: Any,
-              data: Path, threshold: float) -> dict[str, Any]:
+def summarise(
+    results: list[dict[str, Any]],
+    ids: list[str],
+    texts: list[str],
+    gold: Any,
+    data: Path,
+    threshold: float,
+) -> dict[str, Any]:
     """One tool's row: median timings, documents/s, peak RSS, and the quality of its labels."""
     timing_keys = [k for k in results[0] if k.startswith("seconds_")]
-    row: dict[str, Any] = {k: round(statistics.median(r[k] for r in results), 3)
-                           for k in timing_keys}
+    row: dict[str, Any] = {
+        k: round(statistics.median(r[k] for r in results), 3) for k in timing_keys
+    }
     row["peak_rss_mib"] = round(statistics.median(r["peak_rss_mib"] for r in results), 1)
     row["docs_per_s_signatures"] = round(len(texts) / row["seconds_signatures"])
     row["docs_per_s_total"] = round(len(texts) / row["seconds_total"])
-    for k in timing_keys:
-        if k.startswith("seconds_udf"):
-            row["docs_per_s_" + k.removeprefix("seconds_")] = round(len(texts) / row[k])
     labels = results[0]["labels"]
     row["quality"] = {
         "clusters_all": score_clusters(ids, labels, data, None),
@@ -420,27 +452,30 @@ def add_speedups(rows: dict[str, Any]) -> None:
     for tool, row in rows.items():
         if tool != "lakecurate":
             row["lakecurate_speedup_signatures"] = round(
-                row["seconds_signatures"] / base["seconds_signatures"], 2)
-            row["lakecurate_speedup_total"] = round(
-                row["seconds_total"] / base["seconds_total"], 2)
+                row["seconds_signatures"] / base["seconds_signatures"], 2
+            )
+            row["lakecurate_speedup_total"] = round(row["seconds_total"] / base["seconds_total"], 2)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threshold", type=float, default=0.8)
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--limit", type=int, default=None, help="only the first N documents")
     ap.add_argument("--tools", default="lakecurate,datasketch,rensa")
-    ap.add_argument("--link", choices=["any", "kept"], default="any",
-                    help="lakecurate's clustering rule (NearDedupIndex link): 'any' joins the "
-                         "smallest cluster among earlier neighbours (chains), 'kept' only a "
-                         "cluster whose kept document is itself near")
-    ap.add_argument("--no-udf", action="store_true", help="skip the DuckDB UDF timings")
+    ap.add_argument(
+        "--link",
+        choices=["any", "kept"],
+        default="any",
+        help="lakecurate's clustering rule (NearDedupIndex link): 'any' joins the "
+        "smallest cluster among earlier neighbours (chains), 'kept' only a "
+        "cluster whose kept document is itself near",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--udf", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
@@ -459,8 +494,7 @@ def main() -> None:
             if tool in failed:
                 continue
             try:
-                runs[tool].append(run_child(tool, args,
-                                            udf=(tool == "lakecurate" and not args.no_udf)))
+                runs[tool].append(run_child(tool, args))
             except SystemExit as exc:
                 print(f"bench_minhash: {exc} (is it installed?)", file=sys.stderr)
                 failed.add(tool)
@@ -476,10 +510,18 @@ def main() -> None:
         rows[tool] = row
     add_speedups(rows)
     report = {
-        "benchmark": "bench_minhash", "docs": len(texts), "repeat": args.repeat,
-        "threshold": args.threshold, "num_perm": args.num_perm, "link": args.link, "threads": 1,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform()},
+        "benchmark": "bench_minhash",
+        "docs": len(texts),
+        "repeat": args.repeat,
+        "threshold": args.threshold,
+        "num_perm": args.num_perm,
+        "link": args.link,
+        "threads": 1,
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+        },
         "command": " ".join(["benchmarks/bench_minhash.py", *sys.argv[1:]]),
         "oracle_clusters": oracle(ids, gold, args.threshold),
         "tools": rows,

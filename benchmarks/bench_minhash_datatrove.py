@@ -102,31 +102,62 @@ def datatrove_child(data: Path, layout: str, out: Path, limit: int | None) -> No
             yield doc
 
     buckets, rows = LAYOUTS[layout]
-    config = MinhashConfig(n_grams=5, num_buckets=buckets, hashes_per_bucket=rows, seed=1,
-                           hash_config=HashConfig(precision=64))
+    config = MinhashConfig(
+        n_grams=5,
+        num_buckets=buckets,
+        hashes_per_bucket=rows,
+        seed=1,
+        hash_config=HashConfig(precision=64),
+    )
     tmp = Path(tempfile.mkdtemp(prefix="dt-minhash-"))
     try:
+
         def stage(pipeline: list[Any], tasks: int, name: str) -> float:
             t0 = time.perf_counter()
-            LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1,
-                                  logging_dir=str(tmp / "logs" / name)).run()
+            LocalPipelineExecutor(
+                pipeline=pipeline, tasks=tasks, workers=1, logging_dir=str(tmp / "logs" / name)
+            ).run()
             return time.perf_counter() - t0
 
         times = {
             "seconds_signatures": stage(
-                [documents, MinhashDedupSignature(output_folder=str(tmp / "sigs"), config=config,
-                                                  language="en")], 1, "sigs"),
+                [
+                    documents,
+                    MinhashDedupSignature(
+                        output_folder=str(tmp / "sigs"), config=config, language="en"
+                    ),
+                ],
+                1,
+                "sigs",
+            ),
             "seconds_buckets": stage(
-                [MinhashDedupBuckets(input_folder=str(tmp / "sigs"),
-                                     output_folder=str(tmp / "buckets"), config=config)],
-                config.num_buckets, "buckets"),
+                [
+                    MinhashDedupBuckets(
+                        input_folder=str(tmp / "sigs"),
+                        output_folder=str(tmp / "buckets"),
+                        config=config,
+                    )
+                ],
+                config.num_buckets,
+                "buckets",
+            ),
             "seconds_cluster": stage(
-                [MinhashDedupCluster(input_folder=str(tmp / "buckets"),
-                                     output_folder=str(tmp / "remove"), config=config,
-                                     save_cluster_id=True)], 1, "cluster"),
+                [
+                    MinhashDedupCluster(
+                        input_folder=str(tmp / "buckets"),
+                        output_folder=str(tmp / "remove"),
+                        config=config,
+                        save_cluster_id=True,
+                    )
+                ],
+                1,
+                "cluster",
+            ),
             "seconds_filter": stage(
                 [documents, MinhashDedupFilter(input_folder=str(tmp / "remove")), collect],
-                1, "filter"),
+                1,
+                "filter",
+            ),
         }
         # Labels for scoring: doc index -> index of the kept member of its cluster.
         cluster_of: dict[int, int] = {}
@@ -137,25 +168,48 @@ def datatrove_child(data: Path, layout: str, out: Path, limit: int | None) -> No
                 cluster_of[doc] = cid
         kept_set = set(kept)
         kept_of_cluster = {cid: doc for doc, cid in cluster_of.items() if doc in kept_set}
-        labels = [kept_of_cluster[cluster_of[i]] if i in cluster_of else i
-                  for i in range(len(texts))]
+        labels = [
+            kept_of_cluster[cluster_of[i]] if i in cluster_of else i for i in range(len(texts))
+        ]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    times["seconds_lsh"] = (times["seconds_buckets"] + times["seconds_cluster"]
-                            + times["seconds_filter"])
+    times["seconds_lsh"] = (
+        times["seconds_buckets"] + times["seconds_cluster"] + times["seconds_filter"]
+    )
     times["seconds_total"] = times["seconds_signatures"] + times["seconds_lsh"]
-    out.write_text(json.dumps({**times, "labels": labels, "kept": len(kept),
-                               "config": {"n_grams": 5, "num_buckets": buckets,
-                                          "hashes_per_bucket": rows, "num_perm": buckets * rows,
-                                          "hash": "xxhash 64", "language": "en",
-                                          "verify": False}}), encoding="utf-8")
+    out.write_text(
+        json.dumps(
+            {
+                **times,
+                "labels": labels,
+                "kept": len(kept),
+                "config": {
+                    "n_grams": 5,
+                    "num_buckets": buckets,
+                    "hashes_per_bucket": rows,
+                    "num_perm": buckets * rows,
+                    "hash": "xxhash 64",
+                    "language": "en",
+                    "verify": False,
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
 
 
 def run_datatrove(args: argparse.Namespace, layout: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
-        cmd = [str(args.dt_python), __file__, "--_child", layout, str(out),
-               "--data", str(args.data)]
+        cmd = [
+            str(args.dt_python),
+            __file__,
+            "--_child",
+            layout,
+            str(out),
+            "--data",
+            str(args.data),
+        ]
         if args.limit:
             cmd += ["--limit", str(args.limit)]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
@@ -168,15 +222,23 @@ def run_datatrove(args: argparse.Namespace, layout: str) -> dict[str, Any]:
 
 
 def dt_version(python: Path) -> str | None:
-    out = subprocess.run([str(python), "-c", "from importlib.metadata import version as v;"
-                          "print(v('datatrove'), v('spacy'))"], capture_output=True, text=True,
-                         check=False)
+    out = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "from importlib.metadata import version as v;print(v('datatrove'), v('spacy'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return out.stdout.strip() or None
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--limit", type=int, default=None, help="only the first N documents")
@@ -184,19 +246,28 @@ def main() -> None:
     ap.add_argument("--dt-python", type=Path, default=DT_PYTHON)
     ap.add_argument("--no-lakecurate", action="store_true", help="datatrove only")
     ap.add_argument("--num-perm", type=int, default=128, help="lakecurate's num_perm")
-    ap.add_argument("--link", choices=["any", "kept"], default="any",
-                    help="lakecurate's clustering rule ([near_dedup].link)")
+    ap.add_argument(
+        "--link",
+        choices=["any", "kept"],
+        default="any",
+        help="lakecurate's clustering rule ([near_dedup].link)",
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--dump-labels", type=Path, default=None,
-                    help="write each tool's labels (index of the kept document) here, for analysis")
+    ap.add_argument(
+        "--dump-labels",
+        type=Path,
+        default=None,
+        help="write each tool's labels (index of the kept document) here, for analysis",
+    )
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
         datatrove_child(args.data, args._child[0], Path(args._child[1]), args.limit)
         return
     if not (args.data / "corpus.jsonl.gz").exists():
-        print(f"bench_minhash_datatrove: {args.data} not found; nothing to measure "
-              "(see SOURCES.md)")
+        print(
+            f"bench_minhash_datatrove: {args.data} not found; nothing to measure (see SOURCES.md)"
+        )
         return
     if not args.dt_python.exists():
         print(f"bench_minhash_datatrove: {args.dt_python} not found; see the module docstring")
@@ -206,8 +277,9 @@ def main() -> None:
 
     ids, texts = bm.load_corpus(args.data, args.limit)
     gold = bm.gold_pairs(args.data)
-    lc_args = argparse.Namespace(threshold=0.8, num_perm=args.num_perm, link=args.link,
-                                 data=args.data, limit=args.limit)
+    lc_args = argparse.Namespace(
+        threshold=0.8, num_perm=args.num_perm, link=args.link, data=args.data, limit=args.limit
+    )
     layouts = [x for x in args.layouts.split(",") if x]
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _ in range(args.repeat):  # turn about, so background load hits both alike
@@ -221,8 +293,9 @@ def main() -> None:
         row["seconds_total_runs"] = [round(r["seconds_total"], 3) for r in results]
         if args.dump_labels:
             args.dump_labels.mkdir(parents=True, exist_ok=True)
-            (args.dump_labels / f"{tool}.json").write_text(json.dumps(results[0]["labels"]),
-                                                           encoding="utf-8")
+            (args.dump_labels / f"{tool}.json").write_text(
+                json.dumps(results[0]["labels"]), encoding="utf-8"
+            )
         row["version"] = "dev" if tool == "lakecurate" else dt_version(args.dt_python)
         rows[tool] = row
     bm.add_speedups(rows)
@@ -231,17 +304,25 @@ def main() -> None:
         for tool, row in rows.items():
             if tool != "lakecurate":
                 # the same ratio within each turn (both runs under the same load), and its median
-                turns = [d / lc for d, lc in zip(row["seconds_total_runs"],
-                                                 base["seconds_total_runs"], strict=True)]
+                turns = [
+                    d / lc
+                    for d, lc in zip(
+                        row["seconds_total_runs"], base["seconds_total_runs"], strict=True
+                    )
+                ]
                 row["lakecurate_speedup_total_per_turn"] = [round(x, 1) for x in turns]
-                row["lakecurate_speedup_total_median_of_turns"] = round(
-                    statistics.median(turns), 1)
+                row["lakecurate_speedup_total_median_of_turns"] = round(statistics.median(turns), 1)
     report = {
-        "benchmark": "bench_minhash_datatrove", "docs": len(texts), "repeat": args.repeat,
+        "benchmark": "bench_minhash_datatrove",
+        "docs": len(texts),
+        "repeat": args.repeat,
         "threads": 1,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "platform": platform.platform(),
-                    "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
+        },
         "command": " ".join(["benchmarks/bench_minhash_datatrove.py", *sys.argv[1:]]),
         "tools": rows,
     }

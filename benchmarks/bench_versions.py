@@ -40,8 +40,8 @@ from deltalake import DeltaTable, write_deltalake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lakecurate import query
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.read import query
 from lakecurate.types import DOCUMENT_SCHEMA
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_versions.json"
@@ -56,14 +56,20 @@ def rows(n: int, start: int, text_chars: int = 40, seed: int = 0) -> pa.Table:
     text = [" ".join(rng.choice(words, max(text_chars // 6, 1))) for _ in range(n)]
     kept = rng.random(n) < 0.8
     cols: dict[str, Any] = {f.name: pa.nulls(n, f.type) for f in DOCUMENT_SCHEMA}
-    cols |= {"id": pa.array(ids), "id_given": pa.array([True] * n), "text": pa.array(text),
-             "kept": pa.array(kept), "lang": pa.array(LANGS[rng.integers(0, 5, n)]),
-             "content_hash": pa.array([f"{start + i:032x}" for i in range(n)]),
-             "chunk_key": pa.array([f"bench_{start:08d}_00000000"] * n),
-             "source_path": pa.array(["/bench"] * n),
-             "source_line": pa.array(np.arange(start, start + n)),
-             "input_sha256": pa.array(["0" * 64] * n), "run_id": pa.array(["bench"] * n),
-             "config_hash": pa.array(["bench"] * n)}
+    cols |= {
+        "id": pa.array(ids),
+        "id_given": pa.array([True] * n),
+        "text": pa.array(text),
+        "kept": pa.array(kept),
+        "lang": pa.array(LANGS[rng.integers(0, 5, n)]),
+        "content_hash": pa.array([f"{start + i:032x}" for i in range(n)]),
+        "chunk_key": pa.array([f"bench_{start:08d}_00000000"] * n),
+        "source_path": pa.array(["/bench"] * n),
+        "source_line": pa.array(np.arange(start, start + n)),
+        "input_sha256": pa.array(["0" * 64] * n),
+        "run_id": pa.array(["bench"] * n),
+        "config_hash": pa.array(["bench"] * n),
+    }
     return pa.table(cols).cast(DOCUMENT_SCHEMA)
 
 
@@ -92,27 +98,34 @@ def measure(path: Path, latest: int, repeat: int) -> dict[str, Any]:
     (one fragment per live file), and a count through DuckDB, at three versions."""
     row: dict[str, Any] = {
         "checkpoints": len(list((path / "_delta_log").glob("*.checkpoint.parquet"))),
-        "live_files": len(DeltaTable(str(path)).file_uris())}
+        "live_files": len(DeltaTable(str(path)).file_uris()),
+    }
     for name, version in (("latest", None), ("version_5", 5), ("halfway", latest // 2)):
-        row[f"deltatable_{name}_ms"] = round(timed(
-            lambda v=version: DeltaTable(str(path), version=v), repeat) * 1000, 1)
-        row[f"dataset_{name}_ms"] = round(timed(
-            lambda v=version: query.dataset_at(path, v), repeat) * 1000, 1)
-        row[f"count_{name}_ms"] = round(timed(
-            lambda v=version: open_and_count(path, v), repeat) * 1000, 1)
+        row[f"deltatable_{name}_ms"] = round(
+            timed(lambda v=version: DeltaTable(str(path), version=v), repeat) * 1000, 1
+        )
+        row[f"dataset_{name}_ms"] = round(
+            timed(lambda v=version: query.dataset_at(path, v), repeat) * 1000, 1
+        )
+        row[f"count_{name}_ms"] = round(
+            timed(lambda v=version: open_and_count(path, v), repeat) * 1000, 1
+        )
     return row
 
 
 def part_open_time(sizes: list[int], repeat: int, root: Path) -> list[dict[str, Any]]:
     results = []
-    for label, config in (("checkpoints every 100 (delta-rs default)", None),
-                          ("no checkpoints", {"delta.checkpointInterval": "1000000000"})):
+    for label, config in (
+        ("checkpoints every 100 (delta-rs default)", None),
+        ("no checkpoints", {"delta.checkpointInterval": "1000000000"}),
+    ):
         path = root / label.split()[0]
         store = DeltaStore(path)
         made = 0
         if config is not None:  # the first commit sets the table property
-            write_deltalake(str(path), rows(20, 0), mode="append", partition_by=["kept"],
-                            configuration=config)
+            write_deltalake(
+                str(path), rows(20, 0), mode="append", partition_by=["kept"], configuration=config
+            )
             made = 1
         for size in sizes:
             started = time.perf_counter()
@@ -139,15 +152,22 @@ def part_reader(total_rows: int, repeat: int, root: Path) -> dict[str, Any]:
     commits = 40
     per = total_rows // commits
     for i in range(commits):
-        write_deltalake(str(path), rows(per, i * per, text_chars=400), mode="append",
-                        partition_by=["kept"])
+        write_deltalake(
+            str(path), rows(per, i * per, text_chars=400), mode="append", partition_by=["kept"]
+        )
     old = 20
     dt = DeltaTable(str(path), version=old)
     expected = open_and_count(path, old)
-    out: dict[str, Any] = {"rows_latest": total_rows, "version": old, "rows_at_version":
-                           expected, "files_at_version": len(dt.file_uris())}
-    queries = {"count_fr": "SELECT count(*) FROM docs WHERE lang = 'fr'",
-               "full_text_scan": "SELECT sum(length(text)) FROM docs"}
+    out: dict[str, Any] = {
+        "rows_latest": total_rows,
+        "version": old,
+        "rows_at_version": expected,
+        "files_at_version": len(dt.file_uris()),
+    }
+    queries = {
+        "count_fr": "SELECT count(*) FROM docs WHERE lang = 'fr'",
+        "full_text_scan": "SELECT sum(length(text)) FROM docs",
+    }
 
     def via_dataset(sql: str) -> Any:
         con = duckdb.connect()
@@ -161,8 +181,10 @@ def part_reader(total_rows: int, repeat: int, root: Path) -> dict[str, Any]:
         con = duckdb.connect()
         files = DeltaTable(str(path), version=old).file_uris()
         listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-        con.execute(f"CREATE VIEW docs AS SELECT * FROM read_parquet([{listed}], "
-                    "hive_partitioning = true) WHERE kept")
+        con.execute(
+            f"CREATE VIEW docs AS SELECT * FROM read_parquet([{listed}], "
+            "hive_partitioning = true) WHERE kept"
+        )
         value = con.execute(sql).fetchone()
         con.close()
         return value
@@ -170,11 +192,15 @@ def part_reader(total_rows: int, repeat: int, root: Path) -> dict[str, Any]:
     for name, sql in queries.items():
         a, b = via_dataset(sql), via_read_parquet(sql)
         assert a == b, (name, a, b)
-        out[name] = {"answer": a[0],
-                     "deltars_arrow_dataset_ms": round(timed(lambda s=sql: via_dataset(s),
-                                                             repeat) * 1000, 1),
-                     "duckdb_read_parquet_ms": round(timed(lambda s=sql: via_read_parquet(s),
-                                                           repeat) * 1000, 1)}
+        out[name] = {
+            "answer": a[0],
+            "deltars_arrow_dataset_ms": round(
+                timed(lambda s=sql: via_dataset(s), repeat) * 1000, 1
+            ),
+            "duckdb_read_parquet_ms": round(
+                timed(lambda s=sql: via_read_parquet(s), repeat) * 1000, 1
+            ),
+        }
         print(json.dumps({name: out[name]}), flush=True)
     con = duckdb.connect()
     try:
@@ -198,8 +224,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = {
             "benchmark": "bench_versions",
-            "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                        "cpus": len(__import__("os").sched_getaffinity(0))},
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": len(__import__("os").sched_getaffinity(0)),
+            },
             "versions": {p: metadata.version(p) for p in ("duckdb", "deltalake", "pyarrow")}
             | {"python-dateutil": _maybe_version("python-dateutil")},
             "open_time": part_open_time(sizes, args.repeat, Path(tmp)),

@@ -74,8 +74,19 @@ exact = true
 
 
 def ingest_command(corpus: Path, lake: Path, config: Path, workers: int) -> list[str]:
-    return [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-            "--config", str(config), "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(config),
+        "--workers",
+        str(workers),
+    ]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -126,20 +137,32 @@ def kill_phase(lake: Path, pid: int, started: float) -> str:
             shutil.copy2(wal, copy.with_name("state.duckdb.wal"))
         con = duckdb.connect(str(copy))
         try:
-            tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema."
-                                                "tables").fetchall()}
-            last = con.execute("SELECT run_id, pid FROM runs ORDER BY started_at DESC "
-                               "LIMIT 1").fetchall() if "runs" in tables else []
+            tables = {
+                r[0]
+                for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()
+            }
+            last = (
+                con.execute(
+                    "SELECT run_id, pid FROM runs ORDER BY started_at DESC LIMIT 1"
+                ).fetchall()
+                if "runs" in tables
+                else []
+            )
             if not last or last[0][1] != pid:
                 return "start-up (imports, lock, state open: before the run was recorded)"
             run_id = last[0][0]
-            intents = con.execute("SELECT seq FROM commits WHERE status <> 'DONE' AND "
-                                  "run_id = ?", [run_id]).fetchall()
-            statuses = dict(con.execute("SELECT status, count(*) FROM chunks WHERE run_id = ? "
-                                        "GROUP BY ALL", [run_id]).fetchall())
+            intents = con.execute(
+                "SELECT seq FROM commits WHERE status <> 'DONE' AND run_id = ?", [run_id]
+            ).fetchall()
+            statuses = dict(
+                con.execute(
+                    "SELECT status, count(*) FROM chunks WHERE run_id = ? GROUP BY ALL", [run_id]
+                ).fetchall()
+            )
             n_chunks = con.execute("SELECT count(*) FROM chunks").fetchall()[0][0]
-            committed = con.execute("SELECT count(*) FROM commits WHERE run_id = ?",
-                                    [run_id]).fetchall()[0][0]
+            committed = con.execute(
+                "SELECT count(*) FROM commits WHERE run_id = ?", [run_id]
+            ).fetchall()[0][0]
         finally:
             con.close()
     watermark, referenced = 0, set()
@@ -150,8 +173,15 @@ def kill_phase(lake: Path, pid: int, started: float) -> str:
     except TableNotFoundError:
         pass
     documents = lake / "documents"
-    on_disk = {os.path.normpath(str(p)) for p in documents.rglob("*.parquet")
-               if "_delta_log" not in p.parts} if documents.exists() else set()
+    on_disk = (
+        {
+            os.path.normpath(str(p))
+            for p in documents.rglob("*.parquet")
+            if "_delta_log" not in p.parts
+        }
+        if documents.exists()
+        else set()
+    )
     if intents:
         if max(s for (s,) in intents) <= watermark:
             return "after the Delta commit, before the state update"
@@ -159,16 +189,20 @@ def kill_phase(lake: Path, pid: int, started: float) -> str:
             return "during the Delta write (data files written, no log entry yet)"
         return "after the commit intent, before the Delta write"
     staging = lake / "staging"
-    if staging.exists() and any(".tmp_" in p.name and p.stat().st_mtime >= started
-                                for p in staging.iterdir()):
+    if staging.exists() and any(
+        ".tmp_" in p.name and p.stat().st_mtime >= started for p in staging.iterdir()
+    ):
         return "a worker writing a staged file"
     if any(p.name.startswith(f"state.snapshot.duckdb.tmp_{pid}_") for p in lake.iterdir()):
         return "publishing the state snapshot"
     if statuses.get("RUNNING") or statuses.get("COMMITTING"):
         return "workers running (driver between commits)"
     if not committed and not statuses:
-        return ("planning (no chunk recorded yet)" if not n_chunks
-                else "reconcile / planning / first dispatch")
+        return (
+            "planning (no chunk recorded yet)"
+            if not n_chunks
+            else "reconcile / planning / first dispatch"
+        )
     return "after the last commit (index save, run record)"
 
 
@@ -185,22 +219,34 @@ def compare(clean: list[tuple[Any, ...]], chaos: list[tuple[Any, ...]]) -> dict[
         "documents_in_chaos_run": len(chaos),
         "documents_lost": sum(1 for k in by_line_clean if k not in by_line_chaos),
         "documents_extra": sum(1 for k in by_line_chaos if k not in by_line_clean),
-        "documents_duplicated": (sum(n - 1 for n in lines_chaos.values())
-                                 + sum(n - 1 for n in kept_ids.values())),
-        "rows_differing": sum(1 for k, r in by_line_clean.items()
-                              if k in by_line_chaos and by_line_chaos[k] != r),
+        "documents_duplicated": (
+            sum(n - 1 for n in lines_chaos.values()) + sum(n - 1 for n in kept_ids.values())
+        ),
+        "rows_differing": sum(
+            1 for k, r in by_line_clean.items() if k in by_line_chaos and by_line_chaos[k] != r
+        ),
         "identity_set_equal": int(identity == identity_chaos),
     }
 
 
 def delta_version(lake: Path) -> int:
     from deltalake import DeltaTable
+
     return DeltaTable(str(lake / "documents")).version()
 
 
-def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
-             chunk_size: str = "16KiB", workers: int = 2, min_delay: float = 0.2,
-             max_delay: float | None = None, log: Any = print) -> dict[str, Any]:
+def campaign(
+    work: Path,
+    *,
+    kills: int = 30,
+    seed: int = 1,
+    scale: float = 12.0,
+    chunk_size: str = "16KiB",
+    workers: int = 2,
+    min_delay: float = 0.2,
+    max_delay: float | None = None,
+    log: Any = print,
+) -> dict[str, Any]:
     """Run the whole campaign in ``work`` (created, left in place); returns the summary."""
     work.mkdir(parents=True, exist_ok=True)
     corpus, cfg = work / "corpus", work / "lakecurate.toml"
@@ -212,16 +258,25 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
     clean_lake = work / "clean"
     shutil.rmtree(clean_lake, ignore_errors=True)
     t0 = time.perf_counter()
-    done = subprocess.run(ingest_command(corpus, clean_lake, cfg, workers), env=env, cwd=REPO,
-                          capture_output=True, text=True, start_new_session=True, check=False)
+    done = subprocess.run(
+        ingest_command(corpus, clean_lake, cfg, workers),
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        check=False,
+    )
     clean_seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"the clean run failed: {done.stdout}{done.stderr}")
     reference = lake_rows(clean_lake)
     clean_version = delta_version(clean_lake)
     chunks = len({r[0] for r in reference})
-    log(f"clean run: {clean_seconds:.1f} s, {chunks} chunks, {len(reference)} rows, Delta "
-        f"version {clean_version}")
+    log(
+        f"clean run: {clean_seconds:.1f} s, {chunks} chunks, {len(reference)} rows, Delta "
+        f"version {clean_version}"
+    )
     if max_delay is None:  # kills spread over about a run's length, progress guaranteed
         max_delay = max(min_delay + 0.5, min(3.0, clean_seconds / 3))
 
@@ -240,8 +295,14 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
         started, wall_started = time.perf_counter(), time.time()
         err_path = work / "last-run.stderr"
         with open(err_path, "wb") as err_file:
-            proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                                    stderr=err_file, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=err_file,
+                start_new_session=True,
+            )
             try:
                 proc.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -251,13 +312,27 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
             phase = kill_phase(lake, proc.pid, wall_started)
             inspecting += time.perf_counter() - started - seconds
             phases[phase] += 1
-            runs.append({"run": n + 1, "delay_s": round(delay, 3), "killed": True,
-                         "phase": phase, "seconds": round(seconds, 3)})
+            runs.append(
+                {
+                    "run": n + 1,
+                    "delay_s": round(delay, 3),
+                    "killed": True,
+                    "phase": phase,
+                    "seconds": round(seconds, 3),
+                }
+            )
             continue
         err = err_path.read_text(encoding="utf-8", errors="replace")
-        runs.append({"run": n + 1, "delay_s": round(delay, 3), "killed": False,
-                     "returncode": proc.returncode, "stderr": err[-2000:],
-                     "seconds": round(time.perf_counter() - started, 3)})
+        runs.append(
+            {
+                "run": n + 1,
+                "delay_s": round(delay, 3),
+                "killed": False,
+                "returncode": proc.returncode,
+                "stderr": err[-2000:],
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+        )
         if proc.returncode != 0:  # a finding: a resumed run must never fail by itself
             failures.append(f"run {n + 1} failed (rc {proc.returncode}): {err[-1000:]}")
             break
@@ -266,22 +341,31 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
         break
     killed = sum(1 for r in runs if r["killed"])
     final_start = time.perf_counter()
-    final = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
-                           start_new_session=True, check=False)
+    final = subprocess.run(
+        cmd, env=env, cwd=REPO, capture_output=True, text=True, start_new_session=True, check=False
+    )
     final_seconds = time.perf_counter() - final_start
     chaos_seconds = time.perf_counter() - campaign_started - inspecting
     log(f"{killed} kills, then a run to the end ({final_seconds:.1f} s): rc {final.returncode}")
-    again = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
-                           start_new_session=True, check=False)
+    again = subprocess.run(
+        cmd, env=env, cwd=REPO, capture_output=True, text=True, start_new_session=True, check=False
+    )
 
     from lakecurate import Lake
-    problems = failures + (lake_problems(lake, reference) if final.returncode == 0 else [
-        f"the final run failed: {final.stdout[-2000:]}{final.stderr[-2000:]}"])
+
+    problems = failures + (
+        lake_problems(lake, reference)
+        if final.returncode == 0
+        else [f"the final run failed: {final.stdout[-2000:]}{final.stderr[-2000:]}"]
+    )
     rows = lake_rows(lake) if final.returncode == 0 else []
     diff = compare(reference, rows)
     verify_problems = Lake.open(lake).verify().problems if final.returncode == 0 else []
-    outcomes = collections.Counter(r[0] for r in Lake.open(lake).sql(
-        "SELECT outcome FROM runs").rows) if final.returncode == 0 else {}
+    outcomes = (
+        collections.Counter(r[0] for r in Lake.open(lake).sql("SELECT outcome FROM runs").rows)
+        if final.returncode == 0
+        else {}
+    )
     extra_versions = delta_version(lake) - clean_version if final.returncode == 0 else None
     summary = {
         "ok": False,
@@ -293,28 +377,46 @@ def campaign(work: Path, *, kills: int = 30, seed: int = 1, scale: float = 12.0,
         "clean_run_seconds": round(clean_seconds, 3),
         "campaign_seconds": round(chaos_seconds, 3),
         "time_lost_per_kill_s": round((chaos_seconds - clean_seconds) / killed, 3)
-        if killed else None,
+        if killed
+        else None,
         "final_run_seconds": round(final_seconds, 3),
         "rerun_says_nothing_to_do": "nothing to do" in again.stdout,
         "kill_phases": dict(phases.most_common()),
         "run_outcomes": dict(outcomes),
         "problems": problems,
         "verify_problems": verify_problems,
-        "corpus": {"generator": "examples/generate_corpus.py", "seed": 7, "scale": scale,
-                   "files": len(list(corpus.iterdir())),
-                   "bytes": sum(p.stat().st_size for p in corpus.iterdir()),
-                   "chunks": chunks, "rows": len(reference)},
-        "settings": {"seed": seed, "chunk_size": chunk_size, "workers": workers,
-                     "min_delay_s": min_delay, "max_delay_s": round(max_delay, 3)},
+        "corpus": {
+            "generator": "examples/generate_corpus.py",
+            "seed": 7,
+            "scale": scale,
+            "files": len(list(corpus.iterdir())),
+            "bytes": sum(p.stat().st_size for p in corpus.iterdir()),
+            "chunks": chunks,
+            "rows": len(reference),
+        },
+        "settings": {
+            "seed": seed,
+            "chunk_size": chunk_size,
+            "workers": workers,
+            "min_delay_s": min_delay,
+            "max_delay_s": round(max_delay, 3),
+        },
         "command": " ".join(["lakecurate", *cmd[3:]]),
         "runs": runs,
     }
     summary["ok"] = bool(
-        final.returncode == 0 and not problems and not verify_problems
-        and summary["rerun_says_nothing_to_do"] and diff["documents_lost"] == 0
-        and diff["documents_duplicated"] == 0 and diff["rows_differing"] == 0
-        and diff["documents_extra"] == 0 and diff["identity_set_equal"]
-        and extra_versions == 0 and killed == kills)
+        final.returncode == 0
+        and not problems
+        and not verify_problems
+        and summary["rerun_says_nothing_to_do"]
+        and diff["documents_lost"] == 0
+        and diff["documents_duplicated"] == 0
+        and diff["rows_differing"] == 0
+        and diff["documents_extra"] == 0
+        and diff["identity_set_equal"]
+        and extra_versions == 0
+        and killed == kills
+    )
     return summary
 
 
@@ -335,33 +437,58 @@ def environment() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
-                                  text=True, timeout=10, check=False).stdout
+            return subprocess.run(
+                ["git", "-C", str(REPO), *args],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    dirty = [d[3:] for d in git("status", "--porcelain", "--", "lakecurate", "sql").split("\n")
-             if d.strip()]
-    return {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": len(os.sched_getaffinity(0)), "loadavg": os.getloadavg(),
-            "lakecurate": lakecurate.__version__, "duckdb": duckdb.__version__,
-            "deltalake": deltalake.__version__, "pyarrow": pyarrow.__version__,
-            "git": {"commit": git("rev-parse", "HEAD").strip() or None,
-                    "uncommitted_changes_in_lakecurate_or_sql": dirty}}
+    dirty = [
+        d[3:]
+        for d in git("status", "--porcelain", "--", "lakecurate", "sql").split("\n")
+        if d.strip()
+    ]
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "loadavg": os.getloadavg(),
+        "lakecurate": lakecurate.__version__,
+        "duckdb": duckdb.__version__,
+        "deltalake": deltalake.__version__,
+        "pyarrow": pyarrow.__version__,
+        "git": {
+            "commit": git("rev-parse", "HEAD").strip() or None,
+            "uncommitted_changes_in_lakecurate_or_sql": dirty,
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--kills", type=int, default=30, help="SIGKILLs in a row (default 30)")
     ap.add_argument("--seed", type=int, default=1, help="seed of the kill delays (default 1)")
-    ap.add_argument("--scale", type=float, default=12.0,
-                    help="generate_corpus.py --scale (default 12: ~20 MB, ~1,000 chunks)")
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=12.0,
+        help="generate_corpus.py --scale (default 12: ~20 MB, ~1,000 chunks)",
+    )
     ap.add_argument("--chunk-size", default="16KiB", help="[ingest].chunk_size (default 16KiB)")
     ap.add_argument("--workers", type=int, default=2, help="--workers (default 2)")
     ap.add_argument("--min-delay", type=float, default=0.2, help="seconds (default 0.2)")
-    ap.add_argument("--max-delay", type=float, default=None,
-                    help="seconds (default: a third of the clean run, within 0.7..3)")
+    ap.add_argument(
+        "--max-delay",
+        type=float,
+        default=None,
+        help="seconds (default: a third of the clean run, within 0.7..3)",
+    )
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -371,16 +498,24 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="lakecurate-chaos-"))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     try:
-        summary = campaign(work, kills=args.kills, seed=args.seed, scale=args.scale,
-                           chunk_size=args.chunk_size, workers=args.workers,
-                           min_delay=args.min_delay, max_delay=args.max_delay,
-                           log=lambda m: print(m, file=sys.stderr, flush=True))
+        summary = campaign(
+            work,
+            kills=args.kills,
+            seed=args.seed,
+            scale=args.scale,
+            chunk_size=args.chunk_size,
+            workers=args.workers,
+            min_delay=args.min_delay,
+            max_delay=args.max_delay,
+            log=lambda m: print(m, file=sys.stderr, flush=True),
+        )
     finally:
         if not args.keep and args.work is None:
             shutil.rmtree(work, ignore_errors=True)
     summary["started"] = started
     summary["benchmark_command"] = "python benchmarks/chaos.py " + " ".join(
-        argv if argv is not None else sys.argv[1:])
+        argv if argv is not None else sys.argv[1:]
+    )
     summary["environment"] = environment()
     brief = {k: v for k, v in summary.items() if k not in ("runs", "environment")}
     print(json.dumps(brief, indent=2))

@@ -88,14 +88,31 @@ sys.path.insert(0, str(REPO / "tests"))  # cli_env lives in tests/helpers.py
 
 from helpers import cli_env  # noqa: E402
 
-FAULT_POINTS = ("worker", "staged_write", "before_delta_commit", "delta_write",
-                "after_delta_commit", "during_state_update")
+FAULT_POINTS = (
+    "worker",
+    "staged_write",
+    "before_delta_commit",
+    "delta_write",
+    "after_delta_commit",
+    "during_state_update",
+)
 FOLDERS = ("web", "books", "forum")
 FILE_NAMES = ("part-0.jsonl", "part-1.jsonl", "news.jsonl", "crawl.jsonl", "misc.jsonl")
 MIN_CHARS = 40  # [filters.length].min_chars: the short texts are below it
 DUP_REASONS = (None, "exact_dup", "near_dup", "duplicate_id")
-COMPARED = ("id", "id_given", "text", "meta", "raw", "error", "content_hash", "lang",
-            "lang_score", "chunk_key", "input_sha256")
+COMPARED = (
+    "id",
+    "id_given",
+    "text",
+    "meta",
+    "raw",
+    "error",
+    "content_hash",
+    "lang",
+    "lang_score",
+    "chunk_key",
+    "input_sha256",
+)
 DECISION = ("kept", "reason", "detail")
 TREE_KINDS = ("append", "edit", "delete_line", "copy", "rename", "remove", "add")
 LAKE_KINDS = ("compact", "vacuum", "verify_repair", "restore", "delete_state")
@@ -170,8 +187,10 @@ class Step:
 
     def describe(self) -> str:
         if self.kind == "add":
-            return (f"add {self.path} ({len(self.lines)} line(s)"
-                    f"{', no final newline' if not self.trailing_newline else ''})")
+            return (
+                f"add {self.path} ({len(self.lines)} line(s)"
+                f"{', no final newline' if not self.trailing_newline else ''})"
+            )
         if self.kind == "append":
             return f"append {len(self.lines)} line(s) to {self.path}: {_brief(self.lines)}"
         if self.kind == "edit":
@@ -183,13 +202,18 @@ class Step:
         if self.kind == "remove":
             return f"remove {self.path}"
         if self.kind == "ingest":
-            kills = "; ".join(f"killed by {r}" if m == "fault" else f"SIGKILL after {d:.2f} s"
-                              for m, r, d in self.kills)
+            kills = "; ".join(
+                f"killed by {r}" if m == "fault" else f"SIGKILL after {d:.2f} s"
+                for m, r, d in self.kills
+            )
             tail = "" if self.resume or not self.kills else ", not resumed"
             return f"ingest{' (' + kills + tail + ')' if kills else ''}"
         if self.kind == "vacuum":
-            return ("vacuum --no-dry-run --retention-hours 0 --force" if self.retention_zero
-                    else "vacuum --no-dry-run")
+            return (
+                "vacuum --no-dry-run --retention-hours 0 --force"
+                if self.retention_zero
+                else "vacuum --no-dry-run"
+            )
         if self.kind == "restore":
             return f"restore to version int({self.fraction:.2f} x current)"
         if self.kind == "verify_repair":
@@ -202,12 +226,12 @@ class Step:
         """``describe`` plus every line an add step writes (for minimal reproductions)."""
         if self.kind != "add":
             return self.describe()
-        return self.describe() + "".join(f"\n       {n}: {_brief([line], 400)}"
-                                         for n, line in enumerate(self.lines, 1))
+        return self.describe() + "".join(
+            f"\n       {n}: {_brief([line], 400)}" for n, line in enumerate(self.lines, 1)
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v != getattr(Step, k, None)
-                or k == "kind"}
+        return {k: v for k, v in asdict(self).items() if v != getattr(Step, k, None) or k == "kind"}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Step:
@@ -224,8 +248,11 @@ def _brief(lines: Iterable[str], width: int = 60) -> str:
         if rec is not None:
             text = rec["text"]
             words = text.split()
-            shown = (text if len(text) <= width else
-                     f"{' '.join(words[:3])} ... {' '.join(words[-3:])} ({len(words)} words)")
+            shown = (
+                text
+                if len(text) <= width
+                else f"{' '.join(words[:3])} ... {' '.join(words[-3:])} ({len(words)} words)"
+            )
             out.append(f"[id={rec['id']!r}] {shown!r}" if "id" in rec else repr(shown))
         else:
             out.append(f"malformed {line[:30]!r}")
@@ -272,8 +299,10 @@ class Texts:
     def __init__(self, rng: random.Random, near: bool) -> None:
         vocab_rng = random.Random(20261203)
         syll = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
-        words = {"".join(vocab_rng.choice(syll) for _ in range(vocab_rng.randint(2, 4)))
-                 for _ in range(6000)}
+        words = {
+            "".join(vocab_rng.choice(syll) for _ in range(vocab_rng.randint(2, 4)))
+            for _ in range(6000)
+        }
         self.vocab = [*sorted(words), "café", "naïve", "über", "señal"]
         self.rng = rng
         self.near = near
@@ -324,13 +353,15 @@ class Texts:
     def malformed(self) -> str:
         self.next_id += 1
         n = self.next_id
-        return self.rng.choice([
-            f'{{"id": "bad-{n}", "text": "unterminated',
-            f'{{"id": "bad-{n}", "body": "a record without a text field"}}',
-            f'{{"id": "bad-{n}", "text": {n}}}',
-            f'["bad-{n}", "not", "an", "object"]',
-            f'{{"text": "caf\udce9 {n} is latin-1, not UTF-8, in this line"}}',
-        ])
+        return self.rng.choice(
+            [
+                f'{{"id": "bad-{n}", "text": "unterminated',
+                f'{{"id": "bad-{n}", "body": "a record without a text field"}}',
+                f'{{"id": "bad-{n}", "text": {n}}}',
+                f'["bad-{n}", "not", "an", "object"]',
+                f'{{"text": "caf\udce9 {n} is latin-1, not UTF-8, in this line"}}',
+            ]
+        )
 
     def line(self, existing: list[str]) -> str:
         """A new line: a fresh text, an exact or near copy of a text in the tree, a short or
@@ -341,7 +372,7 @@ class Texts:
         if r < 0.26 and existing:
             return self.record(self.near_copy(self.rng.choice(existing)))
         if r < 0.33:
-            return self.record(" ".join(self._words(self.rng.randint(1, 3)))[:MIN_CHARS - 5])
+            return self.record(" ".join(self._words(self.rng.randint(1, 3)))[: MIN_CHARS - 5])
         if r < 0.35:
             return self.record("   ")
         if r < 0.40:
@@ -399,8 +430,7 @@ class Tree:
         if step.kind == "append":
             with open(self.root / step.path, "ab") as out:  # as `>>` would
                 head = b"" if f.trailing_newline or not f.lines else b"\n"
-                out.write(head + "\n".join(step.lines).encode("utf-8", "surrogateescape")
-                          + b"\n")
+                out.write(head + "\n".join(step.lines).encode("utf-8", "surrogateescape") + b"\n")
             f.lines.extend(step.lines)
             f.trailing_newline = True
             return True
@@ -442,8 +472,12 @@ class Tree:
         return out
 
     def ids(self) -> collections.Counter[str]:
-        return collections.Counter(str(rec["id"]) for f in self.files.values() for line in f.lines
-                                   if (rec := parse(line)) is not None and "id" in rec)
+        return collections.Counter(
+            str(rec["id"])
+            for f in self.files.values()
+            for line in f.lines
+            if (rec := parse(line)) is not None and "id" in rec
+        )
 
     def id_texts_consistent(self) -> bool:
         """The walk keeps one text per given id, so which copy of an id wins cannot change
@@ -452,15 +486,21 @@ class Tree:
         for f in self.files.values():
             for line in f.lines:
                 rec = parse(line)
-                if (rec is not None and "id" in rec
-                        and seen.setdefault(str(rec["id"]), rec["text"]) != rec["text"]):
+                if (
+                    rec is not None
+                    and "id" in rec
+                    and seen.setdefault(str(rec["id"]), rec["text"]) != rec["text"]
+                ):
                     return False
         return True
 
     def expected_lines(self) -> collections.Counter[tuple[str, int]]:
         """(source_path, source_line) of every line (blank lines are never generated)."""
-        return collections.Counter((str(self.root / rel), n + 1)
-                                   for rel, f in self.files.items() for n in range(len(f.lines)))
+        return collections.Counter(
+            (str(self.root / rel), n + 1)
+            for rel, f in self.files.items()
+            for n in range(len(f.lines))
+        )
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
@@ -490,8 +530,11 @@ class Walk:
         if self.ingested and rng.random() < s.maintenance:
             kind = rng.choices(LAKE_KINDS, weights=(2, 2, 2, 2, 1))[0]
             zero, fraction = rng.random() < 0.5, rng.random()
-            return Step(kind, retention_zero=zero and kind == "vacuum",
-                        fraction=fraction if kind == "restore" else 0.0)
+            return Step(
+                kind,
+                retention_zero=zero and kind == "vacuum",
+                fraction=fraction if kind == "restore" else 0.0,
+            )
         self.since_ingest += 1
         if self.since_ingest >= self.gap:
             self.ingested, self.since_ingest, self.gap = True, 0, self._gap()
@@ -510,8 +553,13 @@ class Walk:
                 rule = f"{rng.choice(FAULT_POINTS)}:kill"
                 if rng.random() < 0.3:  # only on a chunk of one (changed or not) file
                     rule += ":" + Path(rng.choice(sorted(tree.files))).stem
-                kills.append((mode, rule if mode == "fault" else "",
-                              round(rng.uniform(0.3, 3.0), 2) if mode == "timer" else 0.0))
+                kills.append(
+                    (
+                        mode,
+                        rule if mode == "fault" else "",
+                        round(rng.uniform(0.3, 3.0), 2) if mode == "timer" else 0.0,
+                    )
+                )
         return Step("ingest", kills=tuple(kills), resume=not kills or rng.random() < 0.75)
 
     def _pick_file(self, tree: Tree) -> str:
@@ -531,8 +579,12 @@ class Walk:
             rec = parse(lines[-1])
             if rec is not None and len(rec["text"]) >= MIN_CHARS:
                 existing.append(rec["text"])
-        return Step("add", f"{folder}/{self.rng.choice(free)}", lines=tuple(lines),
-                    trailing_newline=self.rng.random() < 0.85)
+        return Step(
+            "add",
+            f"{folder}/{self.rng.choice(free)}",
+            lines=tuple(lines),
+            trailing_newline=self.rng.random() < 0.85,
+        )
 
     def _append(self, tree: Tree) -> Step | None:
         path = self._pick_file(tree)
@@ -567,8 +619,12 @@ class Walk:
         out = dict(rec, text=new)
         if "id" in rec and tree.ids()[str(rec["id"])] > 1:
             out["id"] = t.new_id()  # one text per given id (see Tree.id_texts_consistent)
-        return Step("edit", path, index=index,
-                    lines=(json.dumps(out, ensure_ascii=self.rng.random() < 0.5),))
+        return Step(
+            "edit",
+            path,
+            index=index,
+            lines=(json.dumps(out, ensure_ascii=self.rng.random() < 0.5),),
+        )
 
     def _delete_line(self, tree: Tree) -> Step | None:
         path = self._pick_file(tree)
@@ -608,15 +664,21 @@ class Run:
         return f"{last.strip()} || {tail}" if last else tail
 
 
-def cli(args: list[str], *, env: dict[str, str] | None = None, delay: float | None = None,
-        timeout: float = 600.0) -> Run:
+def cli(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    delay: float | None = None,
+    timeout: float = 600.0,
+) -> Run:
     """``python -m lakecurate ARGS`` as a real process in its own session; with ``delay``, the
     whole process group is SIGKILLed after that many seconds (unless it ended before). Returns
     once no process of the group is left."""
     cmd = [sys.executable, "-m", "lakecurate", *args]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, env=cli_env(env), cwd=REPO, stdout=out, stderr=err,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, env=cli_env(env), cwd=REPO, stdout=out, stderr=err, start_new_session=True
+        )
         try:
             proc.wait(timeout=delay if delay is not None else timeout)
         except subprocess.TimeoutExpired:
@@ -625,8 +687,11 @@ def cli(args: list[str], *, env: dict[str, str] | None = None, delay: float | No
             chaos.kill_group(proc)
         out.seek(0)
         err.seek(0)
-        return Run(proc.returncode, out.read().decode(errors="replace"),
-                   err.read().decode(errors="replace"))
+        return Run(
+            proc.returncode,
+            out.read().decode(errors="replace"),
+            err.read().decode(errors="replace"),
+        )
 
 
 def cli_inprocess(args: list[str]) -> Run:
@@ -669,13 +734,19 @@ def read_rows(lake: Path) -> list[dict[str, Any]]:
 def _row(r: dict[str, Any], root: Path) -> str:
     path = os.path.relpath(r["source_path"], root)
     text = r.get("text") or ""
-    return (f"{path}:{r['source_line']} id={r['id']!r} kept={r['kept']} reason={r['reason']}"
-            f" dup_of={r.get('dup_of')!r} text={text[:40]!r}")
+    return (
+        f"{path}:{r['source_line']} id={r['id']!r} kept={r['kept']} reason={r['reason']}"
+        f" dup_of={r.get('dup_of')!r} text={text[:40]!r}"
+    )
 
 
-def compare(model: list[dict[str, Any]], clean: list[dict[str, Any]],
-            expected: collections.Counter[tuple[str, int]], root: Path,
-            families: dict[str, int] | None) -> list[tuple[str, str, int, str]]:
+def compare(
+    model: list[dict[str, Any]],
+    clean: list[dict[str, Any]],
+    expected: collections.Counter[tuple[str, int]],
+    root: Path,
+    families: dict[str, int] | None,
+) -> list[tuple[str, str, int, str]]:
     """Every broken expectation as (kind, lake, count, examples). ``families`` (near seeds):
     text -> generated near-duplicate family; None for exact-only seeds."""
     found: list[tuple[str, str, int, str]] = []
@@ -687,15 +758,31 @@ def compare(model: list[dict[str, Any]], clean: list[dict[str, Any]],
     by_key: dict[str, dict[tuple[str, int], dict[str, Any]]] = {}
     for name, rows in (("model", model), ("clean", clean)):
         keys = collections.Counter((r["source_path"], r["source_line"]) for r in rows)
-        add("row doubled", name, [f"{os.path.relpath(k[0], root)}:{k[1]} x{n}"
-                                  for k, n in sorted(keys.items()) if n > 1])
+        add(
+            "row doubled",
+            name,
+            [
+                f"{os.path.relpath(k[0], root)}:{k[1]} x{n}"
+                for k, n in sorted(keys.items())
+                if n > 1
+            ],
+        )
         by_key[name] = {(r["source_path"], r["source_line"]): r for r in rows}
         if name == "clean":  # the model lake is held to the clean one, row by row, below
-            add("input line missing", name,
-                [f"{os.path.relpath(k[0], root)}:{k[1]}" for k in sorted(expected - keys)])
-            add("row of no current input line", name,
-                [_row(r, root) for r in rows
-                 if (r["source_path"], r["source_line"]) not in expected])
+            add(
+                "input line missing",
+                name,
+                [f"{os.path.relpath(k[0], root)}:{k[1]}" for k in sorted(expected - keys)],
+            )
+            add(
+                "row of no current input line",
+                name,
+                [
+                    _row(r, root)
+                    for r in rows
+                    if (r["source_path"], r["source_line"]) not in expected
+                ],
+            )
     m, c = by_key["model"], by_key["clean"]
     add("row missing (clean has it)", "model", [_row(c[k], root) for k in sorted(c.keys() - m)])
     add("row extra (clean lacks it)", "model", [_row(m[k], root) for k in sorted(m.keys() - c)])
@@ -706,34 +793,36 @@ def compare(model: list[dict[str, Any]], clean: list[dict[str, Any]],
             if a.get(col) != b.get(col):
                 differing[f"{col} differs"].append(
                     f"{os.path.relpath(k[0], root)}:{k[1]} model={a.get(col)!r:.60} "
-                    f"clean={b.get(col)!r:.60}")
+                    f"clean={b.get(col)!r:.60}"
+                )
         filtered = any(str(r["reason"]).startswith(("filter:", "malformed:")) for r in (a, b))
         if filtered and any(a[col] != b[col] for col in DECISION):
             differing["filter/malformed decision differs"].append(
                 f"{os.path.relpath(k[0], root)}:{k[1]} model={[a[x] for x in DECISION]} "
-                f"clean={[b[x] for x in DECISION]}")
+                f"clean={[b[x] for x in DECISION]}"
+            )
     for kind, examples in differing.items():
         add(kind, "model", examples)
     if families is None:
         mk = {r["content_hash"] for r in model if r["kept"]}
         ck = {r["content_hash"] for r in clean if r["kept"]}
-        add("kept content missing", "model", [_first_row(clean, h, root)
-                                              for h in sorted(ck - mk)])
-        add("kept content extra", "model", [_first_row(model, h, root)
-                                            for h in sorted(mk - ck)])
+        add("kept content missing", "model", [_first_row(clean, h, root) for h in sorted(ck - mk)])
+        add("kept content extra", "model", [_first_row(model, h, root) for h in sorted(mk - ck)])
     for name, rows in (("model", model), ("clean", clean)):
-        found += [(kind, name, n, ex) for kind, n, ex in
-                  dedup_problems(rows, root, families)]
+        found += [(kind, name, n, ex) for kind, n, ex in dedup_problems(rows, root, families)]
     return found
 
 
 def _first_row(rows: list[dict[str, Any]], content_hash: str, root: Path) -> str:
-    return next((_row(r, root) for r in rows if r["content_hash"] == content_hash and r["kept"]),
-                content_hash)
+    return next(
+        (_row(r, root) for r in rows if r["content_hash"] == content_hash and r["kept"]),
+        content_hash,
+    )
 
 
-def dedup_problems(rows: list[dict[str, Any]], root: Path,
-                   families: dict[str, int] | None) -> list[tuple[str, int, str]]:
+def dedup_problems(
+    rows: list[dict[str, Any]], root: Path, families: dict[str, int] | None
+) -> list[tuple[str, int, str]]:
     """The duplicate invariants inside one lake, as (kind, count, examples)."""
     out: list[tuple[str, int, str]] = []
 
@@ -756,10 +845,15 @@ def dedup_problems(rows: list[dict[str, Any]], root: Path,
         for r in dup_rows:
             if r["text"] in families:  # a text changed by the lake shows in "text differs"
                 fams[families[r["text"]]].append(r)
-        add("near-duplicate family without exactly one kept row", [
-            f"family {f}: {sum(r['kept'] for r in rs)} kept of {len(rs)}: "
-            + "; ".join(_row(r, root) for r in rs[:3])
-            for f, rs in sorted(fams.items()) if sum(1 for r in rs if r["kept"]) != 1])
+        add(
+            "near-duplicate family without exactly one kept row",
+            [
+                f"family {f}: {sum(r['kept'] for r in rs)} kept of {len(rs)}: "
+                + "; ".join(_row(r, root) for r in rs[:3])
+                for f, rs in sorted(fams.items())
+                if sum(1 for r in rs if r["kept"]) != 1
+            ],
+        )
     kept_ids = collections.Counter(r["id"] for r in rows if r["kept"])
     add("kept id twice", [f"{i!r} x{n}" for i, n in sorted(kept_ids.items()) if n > 1])
     originals = {r["id"] for r in rows if r["reason"] != "duplicate_id"}
@@ -780,9 +874,16 @@ def dedup_problems(rows: list[dict[str, Any]], root: Path,
 class Campaign:
     """Executes steps on a work folder: INPUT (the tree), LAKE (the model lake), CLEAN."""
 
-    def __init__(self, work: Path, settings: Settings, *, log: Callable[[str], None] = print,
-                 families: dict[str, int] | None = None, stop_at: str | None = None,
-                 check_from: int = 0) -> None:
+    def __init__(
+        self,
+        work: Path,
+        settings: Settings,
+        *,
+        log: Callable[[str], None] = print,
+        families: dict[str, int] | None = None,
+        stop_at: str | None = None,
+        check_from: int = 0,
+    ) -> None:
         self.work = work
         self.s = settings
         self.log = log
@@ -793,8 +894,9 @@ class Campaign:
         self.lake = work / "lake"
         self.clean = work / "clean"
         self.config = work / "lakecurate.toml"
-        text = CONFIG.format(chunk_size=settings.chunk_size, workers=settings.workers,
-                             min_chars=MIN_CHARS)
+        text = CONFIG.format(
+            chunk_size=settings.chunk_size, workers=settings.workers, min_chars=MIN_CHARS
+        )
         if settings.near_dedup:
             text += NEAR.format(link="kept" if settings.seed % 4 == 3 else "any")
         self.config.write_text(text, encoding="utf-8")
@@ -814,8 +916,16 @@ class Campaign:
 
     # -- commands ---------------------------------------------------------------------------
     def ingest_args(self, lake: Path) -> list[str]:
-        return ["ingest", str(self.tree.root), "--lake", str(lake), "--config", str(self.config),
-                "--workers", str(self.s.workers)]
+        return [
+            "ingest",
+            str(self.tree.root),
+            "--lake",
+            str(lake),
+            "--config",
+            str(self.config),
+            "--workers",
+            str(self.s.workers),
+        ]
 
     def differ(self, kind: str, lake: str, detail: str, count: int = 1) -> None:
         d = Difference(len(self.history), kind, lake, detail, count)
@@ -824,8 +934,9 @@ class Campaign:
 
     @property
     def stopped(self) -> bool:
-        return self.stop_at is not None and any(d.signature() == self.stop_at
-                                                for d in self.differences)
+        return self.stop_at is not None and any(
+            d.signature() == self.stop_at for d in self.differences
+        )
 
     def execute(self, step: Step) -> Outcome:
         self.history.append(step)
@@ -852,8 +963,11 @@ class Campaign:
             outcome.notes.append(f"no input files: exit {run.rc}")
             return
         for mode, rule, delay in step.kills:
-            run = (cli(args, env={"LAKECURATE_FAULT": rule}) if mode == "fault"
-                   else cli(args, delay=delay))
+            run = (
+                cli(args, env={"LAKECURATE_FAULT": rule})
+                if mode == "fault"
+                else cli(args, delay=delay)
+            )
             if run.rc == -signal.SIGKILL:
                 self.kills[mode] += 1
                 outcome.notes.append(f"killed ({mode})")
@@ -953,19 +1067,30 @@ class Campaign:
         again = cli_inprocess(self.ingest_args(self.lake))
         after = delta_version(self.lake)
         if again.rc != 0 or "nothing to do" not in again.out or after != version:
-            self.differ("second identical ingest is not a no-op", "model",
-                        f"rc {again.rc}, Delta version {version} -> {after}: {again.text(600)}")
+            self.differ(
+                "second identical ingest is not a no-op",
+                "model",
+                f"rc {again.rc}, Delta version {version} -> {after}: {again.text(600)}",
+            )
             if again.rc == 0:
                 self._compare("after the second ingest: ", clean_rows, first)
         if len(self.differences) > before:
             self._reset(outcome)
 
-    def _compare(self, prefix: str, clean_rows: list[dict[str, Any]],
-                 known: set[tuple[str, str, int, str]]) -> set[tuple[str, str, int, str]]:
+    def _compare(
+        self, prefix: str, clean_rows: list[dict[str, Any]], known: set[tuple[str, str, int, str]]
+    ) -> set[tuple[str, str, int, str]]:
         """Record what ``compare`` finds, except the findings in ``known``; returns them all."""
         families = self.families if self.s.near_dedup else None
-        found = set(compare(read_rows(self.lake), clean_rows, self.tree.expected_lines(),
-                            self.tree.root, families))
+        found = set(
+            compare(
+                read_rows(self.lake),
+                clean_rows,
+                self.tree.expected_lines(),
+                self.tree.root,
+                families,
+            )
+        )
         for kind, lake, n, ex in sorted(found - known):
             self.differ(prefix + kind, lake, ex, n)
         return found
@@ -987,14 +1112,20 @@ def first_by_kind(differences: list[Difference]) -> dict[str, Difference]:
     return out
 
 
-def campaign(work: Path, settings: Settings, *, log: Callable[[str], None] = print,
-             ) -> dict[str, Any]:
+def campaign(
+    work: Path,
+    settings: Settings,
+    *,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Run the random walk of ``settings`` in ``work``; returns the summary (JSON-able)."""
     started = time.perf_counter()
     walk = Walk(settings)
     camp = Campaign(work, settings, log=log, families=walk.texts.family)
-    log(f"seed {settings.seed}: {'near' if settings.near_dedup else 'exact-only'} dedup, "
-        f"chunk_size {settings.chunk_size}, {settings.steps} steps")
+    log(
+        f"seed {settings.seed}: {'near' if settings.near_dedup else 'exact-only'} dedup, "
+        f"chunk_size {settings.chunk_size}, {settings.steps} steps"
+    )
     for folder in FOLDERS:  # one file per folder to start with
         step = walk.add(camp.tree, folder)
         assert step is not None
@@ -1003,9 +1134,11 @@ def campaign(work: Path, settings: Settings, *, log: Callable[[str], None] = pri
         step = walk.next(camp.tree)  # from the seed and the tree alone
         o = camp.execute(step)
         if step.kind not in TREE_KINDS:
-            log(f"{len(camp.history):4d}. {step.describe()}"
+            log(
+                f"{len(camp.history):4d}. {step.describe()}"
                 + (f"  [{'; '.join(o.notes)}]" if o.notes else "")
-                + f"  ({'checked, ' if o.checked else ''}{o.seconds:.1f} s)")
+                + f"  ({'checked, ' if o.checked else ''}{o.seconds:.1f} s)"
+            )
     if not any(o.checked for o in camp.outcomes[-1:]):  # end on a checked ingest
         camp.execute(Step("ingest"))
         log(f"{len(camp.history):4d}. ingest (the last step)")
@@ -1023,9 +1156,14 @@ def summarise(camp: Campaign, settings: Settings, seconds: float) -> dict[str, A
         "ingests_checked": camp.ingests_checked,
         "kills": dict(camp.kills),
         "differences_found": len(camp.differences),
-        "difference_kinds": {k: {"first_step": d.step, "times": sum(
-            1 for x in camp.differences if x.signature() == k), "example": d.detail}
-            for k, d in firsts.items()},
+        "difference_kinds": {
+            k: {
+                "first_step": d.step,
+                "times": sum(1 for x in camp.differences if x.signature() == k),
+                "example": d.detail,
+            }
+            for k, d in firsts.items()
+        },
         "differences": [asdict(d) for d in camp.differences],
         "notes": dict(camp.notes),
         "seconds": round(seconds, 1),
@@ -1042,11 +1180,15 @@ def failure_report(summary: dict[str, Any], limit: int = 8) -> str:
     if not diffs:
         return "no differences"
     upto = max(d.step for d in diffs[:limit])
-    lines = [f"seed {summary['seed']} ({'near' if summary['near_dedup'] else 'exact-only'} "
-             f"dedup): {len(diffs)} difference(s) in {summary['ingests_checked']} checked "
-             "ingest(s); by kind (first step):"]
-    lines += [f"  {k}: first at step {v['first_step']}, {v['times']}x"
-              for k, v in summary["difference_kinds"].items()]
+    lines = [
+        f"seed {summary['seed']} ({'near' if summary['near_dedup'] else 'exact-only'} "
+        f"dedup): {len(diffs)} difference(s) in {summary['ingests_checked']} checked "
+        "ingest(s); by kind (first step):"
+    ]
+    lines += [
+        f"  {k}: first at step {v['first_step']}, {v['times']}x"
+        for k, v in summary["difference_kinds"].items()
+    ]
     lines.append("differences:")
     lines += ["  " + d.line()[:1000] for d in diffs[:limit]]
     lines.append(f"steps since the start (up to step {upto}):")
@@ -1055,13 +1197,20 @@ def failure_report(summary: dict[str, Any], limit: int = 8) -> str:
 
 
 # -- replay and shrink --------------------------------------------------------------------------
-def replay(work: Path, settings: Settings, steps: list[Step], families: dict[str, int],
-           stop_at: str | None = None, log: Callable[[str], None] = lambda _m: None,
-           check_from: int = 0) -> Campaign:
+def replay(
+    work: Path,
+    settings: Settings,
+    steps: list[Step],
+    families: dict[str, int],
+    stop_at: str | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+    check_from: int = 0,
+) -> Campaign:
     """Execute ``steps`` on a fresh work folder; checks after every successful ingest (from
     step ``check_from`` on); with ``stop_at``, stops at the first difference of that kind."""
-    camp = Campaign(work, settings, log=log, families=families, stop_at=stop_at,
-                    check_from=check_from)
+    camp = Campaign(
+        work, settings, log=log, families=families, stop_at=stop_at, check_from=check_from
+    )
     for step in steps:
         camp.execute(step)
         if camp.stopped:
@@ -1069,8 +1218,15 @@ def replay(work: Path, settings: Settings, steps: list[Step], families: dict[str
     return camp
 
 
-def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str, int],
-           target: str, budget: float, log: Callable[[str], None] = print) -> list[Step]:
+def shrink(
+    work: Path,
+    settings: Settings,
+    steps: list[Step],
+    families: dict[str, int],
+    target: str,
+    budget: float,
+    log: Callable[[str], None] = print,
+) -> list[Step]:
     """A shorter step list that still shows a difference with signature ``target``
     (``Difference.signature``) at its last step: delta debugging (remove runs of steps,
     halving the run length when none can go), then ingests without their kills. Only the
@@ -1082,13 +1238,17 @@ def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str
     def fails(candidate: list[Step]) -> bool:
         if not candidate or candidate[-1].kind != "ingest":
             return False
-        camp = replay(work, settings, candidate, families, stop_at=target,
-                      check_from=len(candidate))
+        camp = replay(
+            work, settings, candidate, families, stop_at=target, check_from=len(candidate)
+        )
         bad = any("two texts" in n for o in camp.outcomes for n in o.notes)
         if camp.stopped and not bad:
             skipped.clear()
-            skipped.update(i for i, o in enumerate(camp.outcomes) if o.notes
-                           and o.notes[0].startswith("skipped"))
+            skipped.update(
+                i
+                for i, o in enumerate(camp.outcomes)
+                if o.notes and o.notes[0].startswith("skipped")
+            )
             return True
         return False
 
@@ -1105,7 +1265,7 @@ def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str
             break
     for i in reversed(range(len(steps) - 1)):
         if steps[i].kind not in TREE_KINDS and time.monotonic() < deadline:
-            candidate = steps[:i] + steps[i + 1:]
+            candidate = steps[:i] + steps[i + 1 :]
             if fails(candidate):
                 steps = candidate
                 log(f"  {target}: {len(steps)} steps")
@@ -1113,7 +1273,7 @@ def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str
     while size >= 1 and time.monotonic() < deadline:
         i, removed = 0, False
         while i < len(steps) - 1 and time.monotonic() < deadline:
-            candidate = steps[:i] + steps[i + size:]
+            candidate = steps[:i] + steps[i + size :]
             if fails(candidate):
                 steps, removed = candidate, True
                 log(f"  {target}: {len(steps)} steps")
@@ -1123,7 +1283,7 @@ def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str
             size //= 2
     for i, step in enumerate(steps):
         if step.kills and time.monotonic() < deadline:
-            candidate = [*steps[:i], Step("ingest"), *steps[i + 1:]]
+            candidate = [*steps[:i], Step("ingest"), *steps[i + 1 :]]
             if fails(candidate):
                 steps = candidate
     fails(steps)  # which steps are no-ops in the final list (they change nothing: dropped)
@@ -1132,40 +1292,68 @@ def shrink(work: Path, settings: Settings, steps: list[Step], families: dict[str
 
 # -- command line -------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--steps", type=int, default=300, help="steps of the walk (default 300)")
-    ap.add_argument("--seed", type=int, default=1,
-                    help="seed (default 1); odd seeds use near dedup unless --near/--exact")
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="seed (default 1); odd seeds use near dedup unless --near/--exact",
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--near", dest="near", action="store_true", default=None)
     mode.add_argument("--exact", dest="near", action="store_false")
-    ap.add_argument("--ingest-every", type=float, default=8.0,
-                    help="mean steps per ingest (default 8)")
-    ap.add_argument("--kill-rate", type=float, default=0.4,
-                    help="share of ingests killed first (default 0.4)")
-    ap.add_argument("--kill-modes", default="fault,timer",
-                    help="fault, timer or both (default fault,timer)")
+    ap.add_argument(
+        "--ingest-every", type=float, default=8.0, help="mean steps per ingest (default 8)"
+    )
+    ap.add_argument(
+        "--kill-rate", type=float, default=0.4, help="share of ingests killed first (default 0.4)"
+    )
+    ap.add_argument(
+        "--kill-modes", default="fault,timer", help="fault, timer or both (default fault,timer)"
+    )
     ap.add_argument("--workers", type=int, default=1, help="--workers of every ingest")
     ap.add_argument("--chunk-size", default="1KiB", help="[ingest].chunk_size (default 1KiB)")
-    ap.add_argument("--no-reset", action="store_true",
-                    help="keep going on the model lake after a difference")
-    ap.add_argument("--shrink", action="store_true",
-                    help="find a minimal step list for the first difference of each kind")
-    ap.add_argument("--shrink-budget", type=float, default=900.0,
-                    help="seconds per kind for --shrink (default 900)")
-    ap.add_argument("--shrink-only", default="",
-                    help="with --shrink: only the kinds containing this text")
-    ap.add_argument("--replay", type=Path, default=None,
-                    help="run the steps of this JSON summary (its settings) instead of a walk")
+    ap.add_argument(
+        "--no-reset", action="store_true", help="keep going on the model lake after a difference"
+    )
+    ap.add_argument(
+        "--shrink",
+        action="store_true",
+        help="find a minimal step list for the first difference of each kind",
+    )
+    ap.add_argument(
+        "--shrink-budget",
+        type=float,
+        default=900.0,
+        help="seconds per kind for --shrink (default 900)",
+    )
+    ap.add_argument(
+        "--shrink-only", default="", help="with --shrink: only the kinds containing this text"
+    )
+    ap.add_argument(
+        "--replay",
+        type=Path,
+        default=None,
+        help="run the steps of this JSON summary (its settings) instead of a walk",
+    )
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
-    settings = Settings(seed=args.seed, steps=args.steps, near=args.near,
-                        ingest_every=args.ingest_every, kill_rate=args.kill_rate,
-                        kill_modes=tuple(args.kill_modes.split(",")), workers=args.workers,
-                        reset_on_difference=not args.no_reset, chunk_size=args.chunk_size)
+    settings = Settings(
+        seed=args.seed,
+        steps=args.steps,
+        near=args.near,
+        ingest_every=args.ingest_every,
+        kill_rate=args.kill_rate,
+        kill_modes=tuple(args.kill_modes.split(",")),
+        workers=args.workers,
+        reset_on_difference=not args.no_reset,
+        chunk_size=args.chunk_size,
+    )
     work = args.work or Path(tempfile.mkdtemp(prefix="lakecurate-model-"))
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -1191,8 +1379,15 @@ def main(argv: list[str] | None = None) -> int:
                 if args.shrink_only not in kind or "after the second ingest" in kind:
                     continue
                 log(f"shrinking {kind} (first at step {first['first_step']})")
-                small = shrink(work / "shrink", settings, steps[:first["first_step"]],
-                               summary["families"], kind, args.shrink_budget, log)
+                small = shrink(
+                    work / "shrink",
+                    settings,
+                    steps[: first["first_step"]],
+                    summary["families"],
+                    kind,
+                    args.shrink_budget,
+                    log,
+                )
                 minimal[kind] = [s.detail() for s in small]
             summary["minimal_reproductions"] = minimal
     finally:
@@ -1200,12 +1395,16 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     summary["started"] = started
     summary["benchmark_command"] = "python benchmarks/model_campaign.py " + " ".join(
-        argv if argv is not None else sys.argv[1:])
+        argv if argv is not None else sys.argv[1:]
+    )
     summary["load_average"] = os.getloadavg()
     summary["environment"] = chaos.environment()
     summary["git_commit"] = summary["environment"]["git"]["commit"]
-    brief = {k: v for k, v in summary.items()
-             if k not in ("differences", "history", "steps", "families", "environment")}
+    brief = {
+        k: v
+        for k, v in summary.items()
+        if k not in ("differences", "history", "steps", "families", "environment")
+    }
     print(json.dumps(brief, indent=2))
     if summary["differences"]:
         print(failure_report(summary, limit=20), file=sys.stderr)

@@ -37,14 +37,16 @@ def _help(command: click.Command, ctx: click.Context) -> str:
 
 def render() -> str:
     """The whole of ``docs/cli.md``."""
-    root = click.Context(main, info_name="lakecurate", terminal_width=WIDTH,
-                         max_content_width=WIDTH)
+    root = click.Context(
+        main, info_name="lakecurate", terminal_width=WIDTH, max_content_width=WIDTH
+    )
     parts = [HEADER, "## lakecurate", "", "```text", _help(main, root), "```", ""]
     for name in main.list_commands(root):
         command = main.get_command(root, name)
         assert command is not None
-        ctx = click.Context(command, info_name=name, parent=root, terminal_width=WIDTH,
-                            max_content_width=WIDTH)
+        ctx = click.Context(
+            command, info_name=name, parent=root, terminal_width=WIDTH, max_content_width=WIDTH
+        )
         parts += [f"## lakecurate {name}", "", "```text", _help(command, ctx), "```", ""]
     return "\n".join(parts)
 

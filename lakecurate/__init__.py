@@ -2,9 +2,8 @@
 
 __version__ = "0.1.0"
 
-from lakecurate.api import Lake, LakeStatus
+from lakecurate.api import IngestReport, Lake, LakeStatus
 from lakecurate.config import Config
 from lakecurate.errors import LakecurateError
-from lakecurate.runner import IngestReport
 
 __all__ = ["Config", "IngestReport", "Lake", "LakeStatus", "LakecurateError", "__version__"]

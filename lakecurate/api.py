@@ -13,23 +13,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lakecurate import bloom, engine, history, maintenance, query
 from lakecurate import config as configuration
-from lakecurate.chunking import discover
-from lakecurate.commit import Committer
+from lakecurate import engine
 from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError, QueryError
-from lakecurate.export import DEFAULT_SHARD_BYTES, ExportManifest
-from lakecurate.index import MembershipIndex, describe_filter
+from lakecurate.ingest.chunking import discover
+from lakecurate.ingest.commit import Committer
+from lakecurate.ingest.runner import IngestReport, LakePaths, ingest
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lock import LakeLock
-from lakecurate.maintenance import CompactReport, VacuumReport
+from lakecurate.lake.lock import LakeLock
+from lakecurate.ops import maintenance
+from lakecurate.ops.maintenance import CompactReport, VacuumReport
+from lakecurate.ops.verify import VerifyReport, verify
 from lakecurate.progress import Reporter
-from lakecurate.rebuild import catch_up, logged_config
-from lakecurate.runner import IngestReport, LakePaths, ingest
-from lakecurate.state import SNAPSHOT_TABLES, StateStore
-from lakecurate.verify import VerifyReport, verify
-from lakecurate.versions import Explanation, LakeVersion
+from lakecurate.read import history, query
+from lakecurate.read.export import DEFAULT_SHARD_BYTES, ExportManifest
+from lakecurate.read.versions import Explanation, LakeVersion
+from lakecurate.store import bloom
+from lakecurate.store.index import MembershipIndex, describe_filter
+from lakecurate.store.rebuild import catch_up, logged_config
+from lakecurate.store.state import SNAPSHOT_TABLES, StateStore
 
 
 @dataclass
@@ -80,7 +83,8 @@ class Lake:
             raise ConfigError(
                 f"this lake was built with config {stored.hash} ({self.paths.config}); the "
                 f"given config is {cfg.hash} and would decide differently. Use a new lake for "
-                "a new pipeline, or edit the lake's lakecurate.toml knowingly")
+                "a new pipeline, or edit the lake's lakecurate.toml knowingly"
+            )
         return cfg
 
     def _config_from_log(self, given: Config | None) -> Config | None:
@@ -99,28 +103,48 @@ class Lake:
         raise ConfigError(
             f"{self.paths.config} is missing and this lake's commits were made with config "
             f"{digest}, which its log does not hold: pass --config with the config the lake "
-            "was built with to go on")
+            "was built with to go on"
+        )
 
-    def ingest(self, inputs: list[str | os.PathLike[str]], *,
-               config: Config | Path | None = None, workers: int | None = None,
-               verify: bool = False, reporter: Reporter | None = None,
-               args: str = "") -> IngestReport:
+    def ingest(
+        self,
+        inputs: list[str | os.PathLike[str]],
+        *,
+        config: Config | Path | None = None,
+        workers: int | None = None,
+        verify: bool = False,
+        reporter: Reporter | None = None,
+        args: str = "",
+    ) -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment."""
         cfg = self.config(config)
         discover(inputs)  # a typo'd path must fail before a lake (and its config) is created
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
             atomic_write_text(self.paths.config, configuration.to_toml(cfg))
-        return ingest(self.paths, [os.fspath(p) for p in inputs], cfg, workers=workers,
-                      verify=verify, reporter=reporter, args=args)
+        return ingest(
+            self.paths,
+            [os.fspath(p) for p in inputs],
+            cfg,
+            workers=workers,
+            verify=verify,
+            reporter=reporter,
+            args=args,
+        )
 
-    def sql(self, text: str, *, version: int | None = None,
-            as_of: str | datetime.datetime | None = None,
-            params: dict[str, Any] | None = None) -> query.QueryResult:
+    def sql(
+        self,
+        text: str,
+        *,
+        version: int | None = None,
+        as_of: str | datetime.datetime | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> query.QueryResult:
         """Run a read-only query over the state tables and the docs/rejects views (of the
         latest version, or of ``version`` / the version current at ``as_of``)."""
-        con = query.open_reader(self.paths.state, self.paths.documents, version, as_of,
-                                tables=query.tables_for(text))
+        con = query.open_reader(
+            self.paths.state, self.paths.documents, version, as_of, tables=query.tables_for(text)
+        )
         try:
             return query.run(con, text, params)
         finally:
@@ -128,8 +152,7 @@ class Lake:
 
     def status(self) -> LakeStatus:
         """What `lakecurate status` shows, from the state tables only."""
-        con = query.open_reader(self.paths.state, self.paths.documents,
-                                tables=SNAPSHOT_TABLES)
+        con = query.open_reader(self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES)
         try:
             return LakeStatus(
                 by_status=query.run(con, engine.q("state.by_status")),
@@ -155,21 +178,24 @@ class Lake:
                 delta = DeltaStore(self.paths.documents)
                 current = delta.version()
                 if not 0 <= version <= current:
-                    raise LakeError(f"version {version} does not exist: the lake has versions "
-                                    f"0 to {current}")
+                    raise LakeError(
+                        f"version {version} does not exist: the lake has versions 0 to {current}"
+                    )
                 earliest, _ = delta.readable_range()
                 if version < earliest:
-                    raise LakeError(f"version {version} can no longer be restored: vacuum "
-                                    f"deleted files it needs; versions {earliest} to {current} "
-                                    "are intact")
+                    raise LakeError(
+                        f"version {version} can no longer be restored: vacuum "
+                        f"deleted files it needs; versions {earliest} to {current} "
+                        "are intact"
+                    )
                 run_id = state.begin_run("restore", str(version), "")
                 catch_up(state, delta)
-                committer = Committer(state, delta, MembershipIndex(state.con), run_id, "",
-                                      True)
+                committer = Committer(state, delta, MembershipIndex(state.con), run_id, "", True)
                 committer.reconcile(self.paths.staging)
                 new_version = committer.restore(version)
-                state.finish_run(run_id, "OK", 0, 0, f"restored version {version} as "
-                                 f"version {new_version}")
+                state.finish_run(
+                    run_id, "OK", 0, 0, f"restored version {version} as version {new_version}"
+                )
                 return new_version
             finally:
                 state.close()
@@ -204,8 +230,9 @@ class Lake:
         columns = list(dict.fromkeys(k for r in rows for k in r))
         return query.QueryResult(columns, [tuple(r.get(c) for c in columns) for r in rows])
 
-    def dedup_stats(self, largest: int = 10, samples: int = 5) -> tuple[query.QueryResult,
-                                                                        query.QueryResult]:
+    def dedup_stats(
+        self, largest: int = 10, samples: int = 5
+    ) -> tuple[query.QueryResult, query.QueryResult]:
         """Near-duplicate clusters: (size distribution, the largest clusters with sample ids).
 
         A giant cluster is the usual sign of a threshold that is too loose.
@@ -213,16 +240,20 @@ class Lake:
         self._require_state()
         cfg = self.config()
         if not cfg.near_dedup.enabled:
-            raise LakeError(f"near dedup is not enabled in {self.paths.config} "
-                            "([near_dedup] enabled = true)")
+            raise LakeError(
+                f"near dedup is not enabled in {self.paths.config} ([near_dedup] enabled = true)"
+            )
         con = query.open_reader(self.paths.state, self.paths.documents)
         try:
             sizes = query.run(con, engine.q("dedup.cluster_sizes"))
-            top = query.run(con, engine.q("dedup.largest_clusters"),
-                            {"limit": largest, "samples": samples})
+            top = query.run(
+                con, engine.q("dedup.largest_clusters"), {"limit": largest, "samples": samples}
+            )
         except QueryError as exc:
-            raise LakeError(f"no near-dedup index in this lake yet ({exc}): run an ingest "
-                            "with near dedup enabled first") from exc
+            raise LakeError(
+                f"no near-dedup index in this lake yet ({exc}): run an ingest "
+                "with near dedup enabled first"
+            ) from exc
         finally:
             con.close()
         return sizes, top
@@ -239,8 +270,9 @@ class Lake:
                 state.close()
 
     # -- time travel, lineage, export, maintenance (issue 3) --------------------------------
-    def at(self, version: int | None = None,
-           as_of: str | datetime.datetime | None = None) -> LakeVersion:
+    def at(
+        self, version: int | None = None, as_of: str | datetime.datetime | None = None
+    ) -> LakeVersion:
         """A read-only view of one version: ``lake.at(version=3).sql("SELECT ...")``,
         ``lake.at(as_of="2026-11-30 12:00")`` (UTC unless the time names its zone)."""
         return LakeVersion.bind(self.paths.state, self.paths.documents, version, as_of)
@@ -251,8 +283,9 @@ class Lake:
         self._require_state()
         return history.history(self.paths.state, self.paths.documents, limit)
 
-    def diff(self, a: int, b: int, rows: bool = False,
-             limit: int | None = None) -> query.QueryResult:
+    def diff(
+        self, a: int, b: int, rows: bool = False, limit: int | None = None
+    ) -> query.QueryResult:
         """Documents added, removed and changed in decision from version ``a`` to ``b``:
         counts per kind, or (``rows=True``) the documents."""
         self._require_state()
@@ -263,9 +296,14 @@ class Lake:
         decision and reason, ``dup_of`` and its cluster."""
         return self.at(version).explain(doc_id)
 
-    def export(self, version: int | None, out: str | os.PathLike[str], *,
-               fmt: str = "parquet",
-               shard_size: int = DEFAULT_SHARD_BYTES) -> ExportManifest:
+    def export(
+        self,
+        version: int | None,
+        out: str | os.PathLike[str],
+        *,
+        fmt: str = "parquet",
+        shard_size: int = DEFAULT_SHARD_BYTES,
+    ) -> ExportManifest:
         """The kept documents of ``version`` (latest when None) as shards plus a manifest."""
         return self.at(version).export(Path(out), fmt=fmt, shard_size=shard_size)
 
@@ -277,8 +315,9 @@ class Lake:
         """Rewrite small data files into large ones (a new version; no document changes)."""
         return maintenance.compact(self.root, target_size)
 
-    def vacuum(self, dry_run: bool = True, retention_hours: float | None = None,
-               force: bool = False) -> VacuumReport:
+    def vacuum(
+        self, dry_run: bool = True, retention_hours: float | None = None, force: bool = False
+    ) -> VacuumReport:
         """Delete files only versions older than the retention need (a dry run by default)."""
         self._require_state()
         return maintenance.vacuum(self.root, dry_run, retention_hours, force)
@@ -289,8 +328,10 @@ class Lake:
 
     def _require_state(self) -> None:
         if not self.paths.state.exists():
-            raise LakeError(f"no lake at {self.root} (no state.duckdb): run `lakecurate "
-                            "ingest` first, or pass --lake")
+            raise LakeError(
+                f"no lake at {self.root} (no state.duckdb): run `lakecurate "
+                "ingest` first, or pass --lake"
+            )
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -20,8 +20,15 @@ from typing import Any, Literal
 from lakecurate.errors import ConfigError
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KIB|MB|MIB|GB|GIB)?\s*$", re.IGNORECASE)
-_UNITS = {"B": 1, "KB": 1000, "KIB": 1024, "MB": 1000**2, "MIB": 1024**2, "GB": 1000**3,
-          "GIB": 1024**3}
+_UNITS = {
+    "B": 1,
+    "KB": 1000,
+    "KIB": 1024,
+    "MB": 1000**2,
+    "MIB": 1024**2,
+    "GB": 1000**3,
+    "GIB": 1024**3,
+}
 
 # Bump when normalisation or hashing of documents changes: old lakes then refuse to mix results.
 NORMALISATION_VERSION = 1
@@ -35,7 +42,7 @@ def parse_size(value: object, key: str) -> int:
         n = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").upper()])
         if n > 0:
             return n
-    raise ConfigError(f"{key} = {value!r} is not a size: use bytes or e.g. \"256MiB\", \"1GB\"")
+    raise ConfigError(f'{key} = {value!r} is not a size: use bytes or e.g. "256MiB", "1GB"')
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,17 @@ NEAR_LINKS = ("any", "kept")
 """Allowed values of ``[near_dedup].link`` (the same as ``dedup.lsh.LINKS``)."""
 
 _NEAR_TYPES: dict[str, tuple[type, ...]] = {
-    "enabled": (bool,), "threshold": (float, int), "num_perm": (int,), "ngram": (int,),
-    "unit": (str,), "seed": (int,), "bands": (int,), "rows": (int,), "verify": (bool,),
-    "link": (str,)}
+    "enabled": (bool,),
+    "threshold": (float, int),
+    "num_perm": (int,),
+    "ngram": (int,),
+    "unit": (str,),
+    "seed": (int,),
+    "bands": (int,),
+    "rows": (int,),
+    "verify": (bool,),
+    "link": (str,),
+}
 
 
 def _near_from_dict(sec: object) -> NearDedupConfig:
@@ -120,8 +135,10 @@ def _near_from_dict(sec: object) -> NearDedupConfig:
         allowed = " or ".join(f'"{v}"' for v in NEAR_LINKS)
         raise ConfigError(f"[near_dedup].link = {link!r}: must be {allowed}")
     if link == "kept" and sec.get("verify", True) is False:
-        raise ConfigError('[near_dedup].link = "kept" compares each document with its '
-                          "cluster's kept document by signature: it needs verify = true")
+        raise ConfigError(
+            '[near_dedup].link = "kept" compares each document with its '
+            "cluster's kept document by signature: it needs verify = true"
+        )
     if "threshold" in sec:
         sec = {**sec, "threshold": float(sec["threshold"])}
     return NearDedupConfig(**sec)
@@ -144,8 +161,7 @@ class Config:
         Filters and strict gates appear only when configured, so lakes made before filters
         existed keep their hash.
         """
-        out: dict[str, Any] = {"normalisation": NORMALISATION_VERSION,
-                               "dedup": asdict(self.dedup)}
+        out: dict[str, Any] = {"normalisation": NORMALISATION_VERSION, "dedup": asdict(self.dedup)}
         if self.filters.steps:
             out["filters"] = self.filters.decision_list()
         if self.gates.strict and self.gates.bounds:
@@ -178,8 +194,12 @@ def _int(section: str, key: str, value: object, minimum: int) -> int:
 
 def _seconds(key: str, value: object) -> float:
     # TOML allows nan and inf: nan passes `< 0` and would crash time.sleep, inf waits forever.
-    if (not isinstance(value, int | float) or isinstance(value, bool) or value < 0
-            or not math.isfinite(value)):
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or value < 0
+        or not math.isfinite(value)
+    ):
         raise ConfigError(f"[ingest].{key} = {value!r}: must be seconds >= 0")
     return float(value)
 
@@ -188,22 +208,34 @@ def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML."""
     unknown = sorted(set(data) - {"ingest", "dedup", "near_dedup", *_FILTER_SECTIONS})
     if unknown:
-        raise ConfigError(f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
-                          "allowed keys: dedup, ingest, near_dedup, "
-                          + ", ".join(_FILTER_SECTIONS))
+        raise ConfigError(
+            f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
+            "allowed keys: dedup, ingest, near_dedup, " + ", ".join(_FILTER_SECTIONS)
+        )
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
     for name, sec in (("ingest", ing), ("dedup", ded)):
         if not isinstance(sec, dict):
             raise ConfigError(f"[{name}] must be a table, got {type(sec).__name__}")
-    _check_keys("ingest", ing, {"chunk_size", "max_attempts", "retry_backoff", "workers",
-                                "heartbeat_timeout", "chunk_timeout",
-                                "max_compressed_chunk_bytes"})
+    _check_keys(
+        "ingest",
+        ing,
+        {
+            "chunk_size",
+            "max_attempts",
+            "retry_backoff",
+            "workers",
+            "heartbeat_timeout",
+            "chunk_timeout",
+            "max_compressed_chunk_bytes",
+        },
+    )
     _check_keys("dedup", ded, {"exact"})
     defaults = IngestConfig()
     backoff = _seconds("retry_backoff", ing.get("retry_backoff", defaults.retry_backoff))
-    heartbeat = _seconds("heartbeat_timeout",
-                         ing.get("heartbeat_timeout", defaults.heartbeat_timeout))
+    heartbeat = _seconds(
+        "heartbeat_timeout", ing.get("heartbeat_timeout", defaults.heartbeat_timeout)
+    )
     if heartbeat < 2:  # workers beat every second: less would kill healthy ones
         raise ConfigError(f"[ingest].heartbeat_timeout = {heartbeat!r}: must be seconds >= 2")
     chunk_timeout = _seconds("chunk_timeout", ing.get("chunk_timeout", defaults.chunk_timeout))
@@ -212,17 +244,20 @@ def from_dict(data: dict[str, Any]) -> Config:
         raise ConfigError(f"[dedup].exact = {exact!r}: must be true or false")
     return Config(
         ingest=IngestConfig(
-            chunk_size=parse_size(ing.get("chunk_size", defaults.chunk_size),
-                                  "[ingest].chunk_size"),
-            max_attempts=_int("ingest", "max_attempts",
-                              ing.get("max_attempts", defaults.max_attempts), 1),
+            chunk_size=parse_size(
+                ing.get("chunk_size", defaults.chunk_size), "[ingest].chunk_size"
+            ),
+            max_attempts=_int(
+                "ingest", "max_attempts", ing.get("max_attempts", defaults.max_attempts), 1
+            ),
             retry_backoff=backoff,
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
             heartbeat_timeout=heartbeat,
             chunk_timeout=chunk_timeout,
             max_compressed_chunk_bytes=parse_size(
                 ing.get("max_compressed_chunk_bytes", defaults.max_compressed_chunk_bytes),
-                "[ingest].max_compressed_chunk_bytes"),
+                "[ingest].max_compressed_chunk_bytes",
+            ),
         ),
         dedup=DedupConfig(exact=exact),
         near_dedup=_near_from_dict(data.get("near_dedup", {})),
@@ -248,17 +283,21 @@ def to_toml(cfg: Config) -> str:
     """Serialise a config so that ``load`` gives it back (written into new lakes)."""
     i, d = cfg.ingest, cfg.dedup
     return (
-        "[ingest]\n"
-        f"chunk_size = {i.chunk_size}\n"
-        f"max_attempts = {i.max_attempts}\n"
-        f"retry_backoff = {i.retry_backoff}\n"
-        f"workers = {i.workers}\n"
-        f"heartbeat_timeout = {i.heartbeat_timeout}\n"
-        f"chunk_timeout = {i.chunk_timeout}\n"
-        f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n\n"
-        "[dedup]\n"
-        f"exact = {'true' if d.exact else 'false'}\n"
-    ) + _near_to_toml(cfg.near_dedup) + _filters_to_toml(cfg.filters, cfg.gates)
+        (
+            "[ingest]\n"
+            f"chunk_size = {i.chunk_size}\n"
+            f"max_attempts = {i.max_attempts}\n"
+            f"retry_backoff = {i.retry_backoff}\n"
+            f"workers = {i.workers}\n"
+            f"heartbeat_timeout = {i.heartbeat_timeout}\n"
+            f"chunk_timeout = {i.chunk_timeout}\n"
+            f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n\n"
+            "[dedup]\n"
+            f"exact = {'true' if d.exact else 'false'}\n"
+        )
+        + _near_to_toml(cfg.near_dedup)
+        + _filters_to_toml(cfg.filters, cfg.gates)
+    )
 
 
 def _near_to_toml(n: NearDedupConfig) -> str:
@@ -273,15 +312,23 @@ def _near_to_toml(n: NearDedupConfig) -> str:
 # are read from the macro signatures, so a parameter added in SQL is configurable at once.
 
 STEPS: dict[str, str] = {
-    "utf8": "utf8_filter", "length": "length_filter", "url_blocklist": "url_blocklist_filter",
-    "gopher_quality": "gopher_quality_filter", "gopher_repetition": "gopher_repetition_filter",
-    "c4": "c4_filter", "fineweb": "fineweb_filter", "langid": "langid_filter", "pii": "",
+    "utf8": "utf8_filter",
+    "length": "length_filter",
+    "url_blocklist": "url_blocklist_filter",
+    "gopher_quality": "gopher_quality_filter",
+    "gopher_repetition": "gopher_repetition_filter",
+    "c4": "c4_filter",
+    "fineweb": "fineweb_filter",
+    "langid": "langid_filter",
+    "pii": "",
 }
 # Steps whose parameters live in a top-level section of their own rather than [filters.<step>].
 _OWN_SECTION = {"langid": "langid", "pii": "pii"}
 # Parameters handled in Python, besides the macro's: name -> default.
-_EXTRA_PARAMS: dict[str, dict[str, Any]] = {"langid": {"max_chars": 2000},
-                                            "url_blocklist": {"file": ""}}
+_EXTRA_PARAMS: dict[str, dict[str, Any]] = {
+    "langid": {"max_chars": 2000},
+    "url_blocklist": {"file": ""},
+}
 PII_TYPES = ("email", "ipv4", "ipv6", "phone")
 _FILTER_SECTIONS = ("filters", "gates", "langid", "pii")
 PII_STRATEGIES = ("tag", "hash", "drop", "off")
@@ -376,8 +423,7 @@ class FiltersConfig:
     def decision_list(self) -> list[Any]:
         out: list[Any] = []
         for s in self.steps:
-            params = {k: list(v) if isinstance(v, tuple) else v for k, v in s.params
-                      if k != "file"}
+            params = {k: list(v) if isinstance(v, tuple) else v for k, v in s.params if k != "file"}
             if s.name == "langid":
                 params["library"] = LANGID_LIBRARY
             out.append([s.name, params])
@@ -403,8 +449,11 @@ def _check_value(where: str, value: Any, default: Any) -> Any:
             raise ConfigError(f"{where} = {value!r}: must be an integer (default {default})")
         return value
     if isinstance(default, float):
-        if (not isinstance(value, int | float) or isinstance(value, bool)
-                or not math.isfinite(value)):
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+        ):
             raise ConfigError(f"{where} = {value!r}: must be a number (default {default})")
         return float(value)
     if isinstance(default, str):
@@ -421,8 +470,9 @@ def _read_blocklist(path_text: str) -> tuple[str, ...]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise ConfigError(f"[filters.url_blocklist].file = {path_text!r}: cannot read it "
-                          f"({exc.strerror})") from exc
+        raise ConfigError(
+            f"[filters.url_blocklist].file = {path_text!r}: cannot read it ({exc.strerror})"
+        ) from exc
     domains = (ln.split("#", 1)[0].strip().lower() for ln in lines)
     return tuple(d.removeprefix("www.") for d in domains if d)
 
@@ -435,15 +485,18 @@ def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
     _check_keys("filters", sec, {"steps", *(s for s in STEPS if s not in _OWN_SECTION)})
     allowed = ", ".join(STEPS)
     if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
-        raise ConfigError(f"[filters].steps = {steps!r}: must be a list of step names from: "
-                          + allowed)
+        raise ConfigError(
+            f"[filters].steps = {steps!r}: must be a list of step names from: " + allowed
+        )
     for s in steps:
         if s not in STEPS:
             raise ConfigError(f"[filters].steps: unknown step {s!r}; allowed steps: {allowed}")
     if len(set(steps)) != len(steps):
         raise ConfigError(f"[filters].steps = {steps!r}: a step may appear only once")
-    for name, section in [*((k, f"filters.{k}") for k in sec if k != "steps"),
-                          *((k, _OWN_SECTION[k]) for k in _OWN_SECTION if k in data)]:
+    for name, section in [
+        *((k, f"filters.{k}") for k in sec if k != "steps"),
+        *((k, _OWN_SECTION[k]) for k in _OWN_SECTION if k in data),
+    ]:
         if name not in steps:
             raise ConfigError(f"[{section}] is set but {name!r} is not in [filters].steps")
     out = []
@@ -460,14 +513,18 @@ def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
         if s == "pii":
             for key, value in params.items():
                 if value not in PII_STRATEGIES:
-                    raise ConfigError(f"[pii].{key} = {value!r}: allowed values: "
-                                      + ", ".join(PII_STRATEGIES))
+                    raise ConfigError(
+                        f"[pii].{key} = {value!r}: allowed values: " + ", ".join(PII_STRATEGIES)
+                    )
         if s == "langid" and params["max_chars"] < 1:
             raise ConfigError(f"[langid].max_chars = {params['max_chars']}: must be >= 1")
         if s == "url_blocklist":
             listed = _read_blocklist(params["file"]) if params["file"] else ()
-            params["domains"] = tuple(sorted({d.strip().lower().removeprefix("www.")
-                                              for d in (*params["domains"], *listed)}))
+            params["domains"] = tuple(
+                sorted(
+                    {d.strip().lower().removeprefix("www.") for d in (*params["domains"], *listed)}
+                )
+            )
             params["file"] = ""
         out.append(StepConfig(s, tuple(params.items())))
     return FiltersConfig(tuple(out))
@@ -492,8 +549,9 @@ def _gates_from_dict(sec: Any, filters: FiltersConfig) -> GatesConfig:
         lo = _check_value(f"[gates.{name}].min_drop", b.get("min_drop", 0.0), 0.0)
         hi = _check_value(f"[gates.{name}].max_drop", b.get("max_drop", 1.0), 0.0)
         if not 0.0 <= lo <= hi <= 1.0:
-            raise ConfigError(f"[gates.{name}]: need 0 <= min_drop <= max_drop <= 1, got "
-                              f"{lo}..{hi}")
+            raise ConfigError(
+                f"[gates.{name}]: need 0 <= min_drop <= max_drop <= 1, got {lo}..{hi}"
+            )
         bounds.append((name, lo, hi))
     return GatesConfig(strict=strict, bounds=tuple(bounds))
 

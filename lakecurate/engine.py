@@ -44,7 +44,7 @@ def statements() -> dict[str, str]:
             key = f"{subject}.{m.group(1)}"
             if key in found:
                 raise LakeError(f"SQL statement {key} is defined twice (in {path})")
-            found[key] = text[m.end():end].strip().rstrip(";")
+            found[key] = text[m.end() : end].strip().rstrip(";")
     return found
 
 
@@ -69,8 +69,9 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def connect(path: Path | None = None, *, read_only: bool = False,
-            threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: Path | None = None, *, read_only: bool = False, threads: int | None = None
+) -> duckdb.DuckDBPyConnection:
     """Open DuckDB (in memory when ``path`` is None), mapping lock conflicts to a clear error."""
     try:
         con = duckdb.connect(str(path) if path else ":memory:", read_only=read_only)

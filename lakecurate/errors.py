@@ -81,7 +81,7 @@ def one_line(exc: BaseException | str) -> str:
     appends a Rust backtrace when RUST_BACKTRACE is set."""
     text = str(exc)
     if m := _BACKTRACE.search(text):
-        text = text[:m.start()]
+        text = text[: m.start()]
     return " ".join(text.split())
 
 
@@ -128,7 +128,8 @@ def _first_full(exc: BaseException) -> BaseException | DiskFullError:
         if isinstance(cur, DiskFullError):
             return cur  # already the user's message, made where the disk filled first
         if (isinstance(cur, OSError) and cur.errno in _FULL_ERRNOS) or any(
-                t in str(cur).lower() for t in _FULL_TEXTS):
+            t in str(cur).lower() for t in _FULL_TEXTS
+        ):
             first = cur
         cur = cur.__context__
     return first
@@ -143,6 +144,8 @@ def disk_full(exc: BaseException, where: str) -> DiskFullError:
     exc = first
     path = getattr(exc, "filename", None)
     return DiskFullError(
-        f"no space left on device while {where}" + (f" ({path})" if path else "")
+        f"no space left on device while {where}"
+        + (f" ({path})" if path else "")
         + f": {one_line(exc)}. Nothing partial is visible in the lake; free space (or move the "
-        "lake with --lake) and re-run the same command to resume")
+        "lake with --lake) and re-run the same command to resume"
+    )

@@ -55,5 +55,6 @@ def hit(point: str, key: str = "") -> None:
         if parts[1] == "raise":
             raise InjectedFaultError(f"injected fault at {point} ({key})")
         if parts[1] == "enospc":
-            raise OSError(errno.ENOSPC, f"No space left on device (injected at {point})",
-                          key or None)
+            raise OSError(
+                errno.ENOSPC, f"No space left on device (injected at {point})", key or None
+            )

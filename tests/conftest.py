@@ -29,8 +29,9 @@ def small_cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def small_reference(corpus: Path, small_cfg: Path,
-                    tmp_path_factory: pytest.TempPathFactory) -> list[tuple[object, ...]]:
+def small_reference(
+    corpus: Path, small_cfg: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[object, ...]]:
     """``lake_rows`` of one uninterrupted ingest of ``corpus`` with ``small_cfg``: what every
     crashed, full-disk or broken-worker run must end up equal to."""
     from lakecurate import Lake
@@ -52,10 +53,18 @@ def config_file(tmp_path: Path) -> Path:
 def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m lakecurate ARGS`` as a real process; returns the completed process."""
 
-    def run(*args: str | Path, env: dict[str, str] | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "lakecurate", *map(str, args)],
-                              check=False, capture_output=True, text=True, env=cli_env(env),
-                              timeout=timeout, start_new_session=True, cwd=ROOT)
+    def run(
+        *args: str | Path, env: dict[str, str] | None = None, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lakecurate", *map(str, args)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=cli_env(env),
+            timeout=timeout,
+            start_new_session=True,
+            cwd=ROOT,
+        )
 
     return run

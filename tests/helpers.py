@@ -34,8 +34,9 @@ PROSE = [
 
 
 def load_generator():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("generate_corpus",
-                                                  ROOT / "examples" / "generate_corpus.py")
+    spec = importlib.util.spec_from_file_location(
+        "generate_corpus", ROOT / "examples" / "generate_corpus.py"
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -54,7 +55,8 @@ def lake_rows(lake: Path) -> list[tuple[object, ...]]:
     kept, reason, dup_of): the identity of a lake's contents."""
     res = Lake.open(lake).sql(
         "SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of FROM documents "
-        "ORDER BY chunk_key, source_line")
+        "ORDER BY chunk_key, source_line"
+    )
     return res.rows
 
 
@@ -74,8 +76,10 @@ def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None)
     rows = lake_rows(lake)
     if reference is not None and rows != reference:
         have, want = collections.Counter(rows), collections.Counter(reference)
-        problems.append(f"contents differ from the clean run: {sum((want - have).values())} "
-                        f"row(s) missing, {sum((have - want).values())} extra")
+        problems.append(
+            f"contents differ from the clean run: {sum((want - have).values())} "
+            f"row(s) missing, {sum((have - want).values())} extra"
+        )
     lines = collections.Counter((r[0], r[1]) for r in rows)
     doubled = [k for k, n in lines.items() if n > 1]
     if doubled:
@@ -97,23 +101,29 @@ def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None)
         except Exception as exc:  # any failure to read is the finding
             problems.append(f"data file unreadable: {uri} ({exc})")
     referenced = {os.path.normpath(u) for u in dt.file_uris()}
-    on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")
-               if "_delta_log" not in p.parts}  # delta-rs checkpoints every 100 commits
+    on_disk = {
+        os.path.normpath(str(p))
+        for p in (lake / "documents").rglob("*.parquet")
+        if "_delta_log" not in p.parts
+    }  # delta-rs checkpoints every 100 commits
     if on_disk != referenced:
-        problems.append(f"{len(on_disk - referenced)} orphan data file(s), "
-                        f"{len(referenced - on_disk)} missing")
+        problems.append(
+            f"{len(on_disk - referenced)} orphan data file(s), {len(referenced - on_disk)} missing"
+        )
     committed: dict[str, int] = {}
     for entry in dt.history():
         key = entry.get("lakecurate.chunk_key")
         if key is None:
             continue
         if key in committed:
-            problems.append(f"{key} committed twice (versions {committed[key]} and "
-                            f"{entry['version']})")
+            problems.append(
+                f"{key} committed twice (versions {committed[key]} and {entry['version']})"
+            )
         committed[key] = entry["version"]
     lk = Lake.open(lake)
-    success = dict(lk.sql("SELECT chunk_key, delta_version FROM chunks "
-                          "WHERE status = 'SUCCESS'").rows)
+    success = dict(
+        lk.sql("SELECT chunk_key, delta_version FROM chunks WHERE status = 'SUCCESS'").rows
+    )
     if success != committed:
         differ = set(success.items()) ^ set(committed.items())
         problems.append(f"state and Delta log disagree on {len(differ)} chunk version(s)")
@@ -121,13 +131,15 @@ def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None)
         problems.append("commit intents left open")
     max_seq = lk.sql("SELECT max(seq) FROM commits").rows[0][0]
     if dt.transaction_version("lakecurate") != max_seq:
-        problems.append(f"Delta watermark {dt.transaction_version('lakecurate')} != state seq "
-                        f"{max_seq}")
+        problems.append(
+            f"Delta watermark {dt.transaction_version('lakecurate')} != state seq {max_seq}"
+        )
     statuses = lk.sql("SELECT DISTINCT status FROM chunks").rows
     if statuses != [("SUCCESS",)]:
         problems.append(f"chunk statuses {statuses}, not all SUCCESS")
-    (n_hashes, n_docs) = lk.sql("SELECT (SELECT count(*) FROM content_hashes), "
-                                "(SELECT count(*) FROM docs)").rows[0]
+    (n_hashes, n_docs) = lk.sql(
+        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM docs)"
+    ).rows[0]
     if n_hashes != n_docs:
         problems.append(f"content index has {n_hashes} entries for {n_docs} kept documents")
     return problems
@@ -141,24 +153,30 @@ def assert_lake_consistent(lake: Path, reference: list[tuple[object, ...]] | Non
 
 def near_decisions(lake: Path) -> list[tuple[object, ...]]:
     """Every document's near-dedup decision, in input order."""
-    return Lake.open(lake).sql(
-        "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id FROM documents "
-        "ORDER BY chunk_key, source_line").rows
+    return (
+        Lake.open(lake)
+        .sql(
+            "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id FROM documents "
+            "ORDER BY chunk_key, source_line"
+        )
+        .rows
+    )
 
 
-def as_global(rows: list[tuple[int, int | None, str | None]], sizes: list[int]) -> list[
-        tuple[int, int | None, str | None]]:
+def as_global(
+    rows: list[tuple[int, int | None, str | None]], sizes: list[int]
+) -> list[tuple[int, int | None, str | None]]:
     """Map doc_seq and cluster_id to the position in the corpus, so chunkings compare."""
     import numpy as np
 
-    from lakecurate.dedup import lsh
+    from lakecurate.store import band_index
 
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
 
     def pos(seq: int | None) -> int | None:
         if seq is None:
             return None
-        ordinal, row = lsh.split_doc_seq(seq)
+        ordinal, row = band_index.split_doc_seq(seq)
         return int(starts[ordinal]) + row
 
     return [(pos(s), pos(c), d) for s, c, d in rows]  # type: ignore[misc]

@@ -60,9 +60,11 @@ def open_table(path: Path, version: int | None = None) -> DeltaTable:
         if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
             raise
         at = "" if version is None else f" at version {version}"
-        raise LakeError(f"cannot open the Delta table {path}{at}: {one_line(exc)}; run "
-                        "`lakecurate verify --repair` (it sets aside a damaged checkpoint or a "
-                        "torn last commit file, or says what to do)") from exc
+        raise LakeError(
+            f"cannot open the Delta table {path}{at}: {one_line(exc)}; run "
+            "`lakecurate verify --repair` (it sets aside a damaged checkpoint or a "
+            "torn last commit file, or says what to do)"
+        ) from exc
 
 
 def read_history(dt: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
@@ -71,8 +73,10 @@ def read_history(dt: DeltaTable, limit: int | None = None) -> list[dict[str, Any
     try:
         return list(dt.history(limit))
     except (DeltaError, OSError, ValueError) as exc:
-        raise LakeError(f"cannot read the history of the Delta table: {one_line(exc)}; run "
-                        "`lakecurate verify` to find the damaged commit file") from exc
+        raise LakeError(
+            f"cannot read the history of the Delta table: {one_line(exc)}; run "
+            "`lakecurate verify` to find the damaged commit file"
+        ) from exc
 
 
 class DeltaStore:
@@ -101,11 +105,14 @@ class DeltaStore:
         return 0 if dt is None else (dt.transaction_version(APP_ID) or 0)
 
     def _props(self, seq: int, metadata: dict[str, str]) -> CommitProperties:
-        return CommitProperties(app_transactions=[Transaction(APP_ID, seq)],
-                                custom_metadata={"lakecurate.seq": str(seq), **metadata})
+        return CommitProperties(
+            app_transactions=[Transaction(APP_ID, seq)],
+            custom_metadata={"lakecurate.seq": str(seq), **metadata},
+        )
 
-    def append(self, rows: pa.Table, seq: int, metadata: dict[str, str],
-               replace: bool = False) -> int:
+    def append(
+        self, rows: pa.Table, seq: int, metadata: dict[str, str], replace: bool = False
+    ) -> int:
         """Append one chunk's rows as one transactional commit; returns the new version.
 
         With ``replace``, the same commit also removes the rows the chunk already has (a
@@ -117,12 +124,14 @@ class DeltaStore:
         try:
             faults.hit("delta_write", metadata.get("lakecurate.chunk_key", ""))  # tests: ENOSPC
             key = metadata.get("lakecurate.chunk_key", "")
-            write_deltalake(target, rows.cast(DOCUMENT_SCHEMA),
-                            mode="overwrite" if replace else "append",
-                            predicate=("chunk_key = '" + key.replace("'", "''") + "'"
-                                       if replace else None),
-                            partition_by=PARTITION_BY,
-                            commit_properties=self._props(seq, metadata))
+            write_deltalake(
+                target,
+                rows.cast(DOCUMENT_SCHEMA),
+                mode="overwrite" if replace else "append",
+                predicate=("chunk_key = '" + key.replace("'", "''") + "'" if replace else None),
+                partition_by=PARTITION_BY,
+                commit_properties=self._props(seq, metadata),
+            )
         except (DeltaError, OSError) as exc:
             self._dt = None  # re-read the log: did the commit land before the error?
             if self.watermark() < seq:  # no: its data files are garbage, remove them now
@@ -130,25 +139,30 @@ class DeltaStore:
                     self.remove_unreferenced(started_ns)
             if is_disk_full(exc):
                 raise disk_full(exc, f"writing Delta commit seq {seq}") from exc
-            raise CommitError(f"Delta commit of seq {seq} failed: {one_line(exc)}; nothing "
-                              "was committed, re-run the same command") from exc
+            raise CommitError(
+                f"Delta commit of seq {seq} failed: {one_line(exc)}; nothing "
+                "was committed, re-run the same command"
+            ) from exc
         if dt is None:
             self._dt = None  # the first commit created the table; open it next time
         return self.version()
 
-    def delete_chunks(self, keys: Sequence[str], seq: int,
-                      metadata: dict[str, str]) -> tuple[int, int]:
+    def delete_chunks(
+        self, keys: Sequence[str], seq: int, metadata: dict[str, str]
+    ) -> tuple[int, int]:
         """Remove every row of these chunks in one commit; returns (version, rows removed)."""
         dt = self.table()
         if dt is None or not keys:
             return self.version(), 0
         quoted = ", ".join("'" + k.replace("'", "''") + "'" for k in keys)
         try:
-            out = dt.delete(f"chunk_key IN ({quoted})",
-                            commit_properties=self._props(seq, metadata))
+            out = dt.delete(
+                f"chunk_key IN ({quoted})", commit_properties=self._props(seq, metadata)
+            )
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"Delta delete of seq {seq} failed: {one_line(exc)}; re-run the "
-                              "same command") from exc
+            raise CommitError(
+                f"Delta delete of seq {seq} failed: {one_line(exc)}; re-run the same command"
+            ) from exc
         if self.watermark() < seq:
             # Nothing matched (chunks without records), so delta-rs made no commit: record the
             # seq with an empty one, or the watermark would lag the state's DONE commits.
@@ -163,8 +177,10 @@ class DeltaStore:
         try:
             dt.restore(version, commit_properties=self._props(seq, metadata))
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"Delta restore to version {version} failed: {one_line(exc)}; "
-                              "nothing changed, re-run the same command") from exc
+            raise CommitError(
+                f"Delta restore to version {version} failed: {one_line(exc)}; "
+                "nothing changed, re-run the same command"
+            ) from exc
         return self.version()
 
     def find_commit(self, seq: int, limit: int = 50) -> dict[str, Any] | None:
@@ -226,8 +242,11 @@ class DeltaStore:
         dt = self.table()
         if dt is None:
             return self.data_files()
-        opts: dict[str, Any] = {"retention_hours": 0, "dry_run": True,
-                                "enforce_retention_duration": False}
+        opts: dict[str, Any] = {
+            "retention_hours": 0,
+            "dry_run": True,
+            "enforce_retention_duration": False,
+        }
         untracked = set(dt.vacuum(full=True, **opts)) - set(dt.vacuum(full=False, **opts))
         return sorted(self.path / rel for rel in untracked)
 
@@ -263,45 +282,77 @@ class DeltaStore:
             elif ".checkpoint." in path.name and path.name.endswith(".parquet"):
                 checkpoints.setdefault(int(stem), []).append(path)
         found: list[tuple[str, list[Path]]] = []
-        bad = {v: why for v in checkpoints
-               if (why := next(filter(None, map(_parquet_damage, checkpoints[v])), None))}
+        bad = {
+            v: why
+            for v in checkpoints
+            if (why := next(filter(None, map(_parquet_damage, checkpoints[v])), None))
+        }
         intact = [v for v in checkpoints if v not in bad]
         for v, why in sorted(bad.items()):
             names = ", ".join(sorted(p.name for p in checkpoints[v]))
             base = max((c for c in intact if c < v), default=-1)
             if all(n in commits for n in range(base + 1, v + 1)):
-                found.append((f"damaged checkpoint {names} ({why}); the commit files before it "
-                              "still describe the table", sorted(checkpoints[v])))
+                found.append(
+                    (
+                        f"damaged checkpoint {names} ({why}); the commit files before it "
+                        "still describe the table",
+                        sorted(checkpoints[v]),
+                    )
+                )
             else:
-                found.append((f"damaged checkpoint {names} ({why}), and the commit files it "
-                              "stands for were cleaned up: put back an intact copy of it from "
-                              "a backup", []))
+                found.append(
+                    (
+                        f"damaged checkpoint {names} ({why}), and the commit files it "
+                        "stands for were cleaned up: put back an intact copy of it from "
+                        "a backup",
+                        [],
+                    )
+                )
         hint = log / "_last_checkpoint"
         if hint.exists():
             try:
                 named: int | None = int(json.loads(hint.read_bytes())["version"])
-                problem = ("names the damaged checkpoint" if named in bad else
-                           "names a checkpoint that does not exist"
-                           if named not in checkpoints else "")
+                problem = (
+                    "names the damaged checkpoint"
+                    if named in bad
+                    else "names a checkpoint that does not exist"
+                    if named not in checkpoints
+                    else ""
+                )
             except (OSError, ValueError, KeyError, TypeError):
                 named, problem = None, "is unreadable"
             if problem:
-                found.append((f"{hint.name} {problem}"
-                              + (f" {named}" if named is not None else "")
-                              + " (only a hint: the log is listed without it)", [hint]))
+                found.append(
+                    (
+                        f"{hint.name} {problem}"
+                        + (f" {named}" if named is not None else "")
+                        + " (only a hint: the log is listed without it)",
+                        [hint],
+                    )
+                )
         last = max(commits, default=-1)
         for v in sorted(commits):
             why = _commit_damage(commits[v])
             if why is None:
                 continue
             if v == last and v > max(checkpoints, default=-1):
-                found.append((f"torn last commit file {commits[v].name} ({why}): it never "
-                              "completed; setting it aside makes version "
-                              f"{v - 1} the latest again", [commits[v]]))
+                found.append(
+                    (
+                        f"torn last commit file {commits[v].name} ({why}): it never "
+                        "completed; setting it aside makes version "
+                        f"{v - 1} the latest again",
+                        [commits[v]],
+                    )
+                )
             else:
-                found.append((f"damaged commit file {commits[v].name} ({why}), not a torn last "
-                              "commit: put back an intact copy of it from a backup "
-                              "(lakecurate can only set aside a torn last commit)", []))
+                found.append(
+                    (
+                        f"damaged commit file {commits[v].name} ({why}), not a torn last "
+                        "commit: put back an intact copy of it from a backup "
+                        "(lakecurate can only set aside a torn last commit)",
+                        [],
+                    )
+                )
         return found
 
     def set_aside_log(self, quarantine: Path) -> list[str]:
@@ -325,14 +376,25 @@ class DeltaStore:
         if dt is None:
             return []
         actions = pa.table(dt.get_add_actions(flatten=True))
-        cols = {c: actions[c].to_pylist() if c in actions.column_names else
-                [None] * actions.num_rows
-                for c in ("path", "num_records", "min.chunk_key", "max.chunk_key")}
-        return [{"rel": unquote(rel), "path": str(self.path / unquote(rel)), "rows": rows,
-                 "chunk_keys": sorted({k for k in (lo, hi) if k is not None})}
-                for rel, rows, lo, hi in zip(cols["path"], cols["num_records"],
-                                             cols["min.chunk_key"], cols["max.chunk_key"],
-                                             strict=True)]
+        cols = {
+            c: actions[c].to_pylist() if c in actions.column_names else [None] * actions.num_rows
+            for c in ("path", "num_records", "min.chunk_key", "max.chunk_key")
+        }
+        return [
+            {
+                "rel": unquote(rel),
+                "path": str(self.path / unquote(rel)),
+                "rows": rows,
+                "chunk_keys": sorted({k for k in (lo, hi) if k is not None}),
+            }
+            for rel, rows, lo, hi in zip(
+                cols["path"],
+                cols["num_records"],
+                cols["min.chunk_key"],
+                cols["max.chunk_key"],
+                strict=True,
+            )
+        ]
 
     def added_in(self) -> dict[str, int]:
         """Data file (relative path) -> the version whose commit added it, from the commit
@@ -388,8 +450,9 @@ class DeltaStore:
         """Data file -> rows of one version, from the log's add actions (file statistics)."""
         dt = open_table(self.path, version)
         actions = pa.table(dt.get_add_actions(flatten=True))
-        return dict(zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(),
-                        strict=True))
+        return dict(
+            zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(), strict=True)
+        )
 
     def open_version(self, version: int) -> pds.Dataset:
         """The Arrow dataset of ``version``, after checking that every file it needs is still
@@ -401,8 +464,9 @@ class DeltaStore:
         try:
             dt = DeltaTable(str(self.path), version=version)
         except (DeltaError, OSError) as exc:
-            raise LookupError(f"the log cannot reconstruct version {version}: "
-                              f"{one_line(exc)}") from exc
+            raise LookupError(
+                f"the log cannot reconstruct version {version}: {one_line(exc)}"
+            ) from exc
         missing = [p for p in dt.file_uris() if "://" not in p and not os.path.exists(p)]
         if missing:
             # Only a vacuum the log records, with this version behind its horizon, explains
@@ -410,8 +474,10 @@ class DeltaStore:
             vacuumed = version < self.readable_range()[0]
             raise FilesMissingError(
                 f"{len(missing)} data file(s) of version {version} "
-                + ("were removed by vacuum" if vacuumed else "are missing (no vacuum removed "
-                   "them)") + f", e.g. {missing[0]}", vacuumed)
+                + ("were removed by vacuum" if vacuumed else "are missing (no vacuum removed them)")
+                + f", e.g. {missing[0]}",
+                vacuumed,
+            )
         return self._fast_dataset(dt) or dt.to_pyarrow_dataset()
 
     def _fast_dataset(self, dt: DeltaTable) -> pds.Dataset | None:
@@ -426,8 +492,7 @@ class DeltaStore:
         log's file list is the whole truth.
         """
         protocol = dt.protocol()
-        if protocol.min_reader_version > 1 or protocol.reader_features or "://" in str(
-                self.path):
+        if protocol.min_reader_version > 1 or protocol.reader_features or "://" in str(self.path):
             return None
         actions = pa.table(dt.get_add_actions(flatten=True))
         needed = {"path", "partition.kept", "min.id", "max.id"}
@@ -437,9 +502,10 @@ class DeltaStore:
         fmt = pds.ParquetFileFormat()
         kept, low, high = (pds.field("kept"), pds.field("id"), pds.field("id"))
         fragments = []
-        for path, part, lo, hi in zip(*(actions[c].to_pylist() for c in
-                                        ("path", "partition.kept", "min.id", "max.id")),
-                                      strict=True):
+        for path, part, lo, hi in zip(
+            *(actions[c].to_pylist() for c in ("path", "partition.kept", "min.id", "max.id")),
+            strict=True,
+        ):
             expr = kept == part
             if lo is not None and hi is not None:
                 expr = expr & (low >= lo) & (high <= hi)
@@ -457,12 +523,16 @@ class DeltaStore:
         if dt is None:
             raise LakeError("the lake has no table yet: nothing to compact")
         try:
-            return dict(dt.optimize.compact(
-                target_size=target_size,
-                commit_properties=CommitProperties(custom_metadata=metadata)))
+            return dict(
+                dt.optimize.compact(
+                    target_size=target_size,
+                    commit_properties=CommitProperties(custom_metadata=metadata),
+                )
+            )
         except (DeltaError, OSError) as exc:
-            raise CommitError(f"compaction failed: {one_line(exc)}; nothing changed, "
-                              "re-run it") from exc
+            raise CommitError(
+                f"compaction failed: {one_line(exc)}; nothing changed, re-run it"
+            ) from exc
         finally:
             self._dt = None
 
@@ -470,8 +540,13 @@ class DeltaStore:
         """The table's deleted-file retention (``delta.deletedFileRetentionDuration``, Delta's
         default 1 week): files removed more recently than this are never vacuumed by default."""
         dt = self.table()
-        value = (dt.metadata().configuration or {}).get(
-            "delta.deletedFileRetentionDuration", "interval 1 weeks") if dt else ""
+        value = (
+            (dt.metadata().configuration or {}).get(
+                "delta.deletedFileRetentionDuration", "interval 1 weeks"
+            )
+            if dt
+            else ""
+        )
         units = {"week": 168.0, "day": 24.0, "hour": 1.0, "minute": 1 / 60, "second": 1 / 3600}
         parts = value.lower().replace("interval", "").split()
         if len(parts) == 2:
@@ -480,17 +555,21 @@ class DeltaStore:
                     return float(parts[0]) * hours
         return 168.0
 
-    def vacuum(self, retention_hours: float, dry_run: bool,
-               metadata: dict[str, str]) -> list[str]:
+    def vacuum(self, retention_hours: float, dry_run: bool, metadata: dict[str, str]) -> list[str]:
         """Delete files no version newer than ``retention_hours`` needs; returns them (or, in
         a dry run, the files it would delete). The caller enforces the retention floor."""
         dt = self.table()
         if dt is None:
             return []
         try:
-            return list(dt.vacuum(retention_hours=int(retention_hours), dry_run=dry_run,
-                                  enforce_retention_duration=False,
-                                  commit_properties=CommitProperties(custom_metadata=metadata)))
+            return list(
+                dt.vacuum(
+                    retention_hours=int(retention_hours),
+                    dry_run=dry_run,
+                    enforce_retention_duration=False,
+                    commit_properties=CommitProperties(custom_metadata=metadata),
+                )
+            )
         except (DeltaError, OSError) as exc:
             raise CommitError(f"vacuum failed: {one_line(exc)}; re-run it") from exc
         finally:
@@ -515,15 +594,18 @@ class DeltaStore:
         then, and every later one, still has all its files)."""
         span = self.log_versions()
         if span is None:
-            raise LakeError(f"the lake has no versions yet ({self.path} has no commits): run "
-                            "`lakecurate ingest` first")
+            raise LakeError(
+                f"the lake has no versions yet ({self.path} has no commits): run "
+                "`lakecurate ingest` first"
+            )
         earliest, latest = span
         entries = self.log_entries() if entries is None else entries
         vacuums = [e for e in entries if e.get("operation") == "VACUUM START"]
         if vacuums:
             last = vacuums[-1]
-            retention = int((last.get("operationParameters") or {}).get(
-                "specifiedRetentionMillis", 0) or 0)
+            retention = int(
+                (last.get("operationParameters") or {}).get("specifiedRetentionMillis", 0) or 0
+            )
             horizon = int(last["timestamp"]) - retention
             before = [int(e["version"]) for e in entries if int(e["timestamp"]) < horizon]
             earliest = max(earliest, max(before, default=earliest))
@@ -535,8 +617,10 @@ class DeltaStore:
         table raises ``LakeError`` naming the range that exists."""
         span = self.log_versions()
         if span is None:
-            raise LakeError(f"the lake has no versions yet ({self.path} has no commits): run "
-                            "`lakecurate ingest` first")
+            raise LakeError(
+                f"the lake has no versions yet ({self.path} has no commits): run "
+                "`lakecurate ingest` first"
+            )
         if as_of_ms is None and (version is None or span[0] <= version <= span[1]):
             return span[1] if version is None else version  # the fast path: no log read
         entries = self.log_entries()
@@ -546,22 +630,27 @@ class DeltaStore:
             at = [v for v, ts in stamps.items() if ts <= as_of_ms and v <= latest]
             if at and max(at) >= earliest:
                 return max(at)
-            raise LakeError(f"no version of the lake existed at {utc_text(as_of_ms)}: "
-                            f"{_describe(earliest, latest, stamps)}")
-        raise LakeError(f"version {version} does not exist: "
-                        f"{_describe(earliest, latest, stamps)}")
+            raise LakeError(
+                f"no version of the lake existed at {utc_text(as_of_ms)}: "
+                f"{_describe(earliest, latest, stamps)}"
+            )
+        raise LakeError(f"version {version} does not exist: {_describe(earliest, latest, stamps)}")
 
     def unreadable(self, version: int, why: object) -> LakeError:
         """The error for a version inside the log whose files are gone (vacuumed or lost)."""
         if isinstance(why, FilesMissingError) and not why.vacuumed:
-            return LakeError(f"version {version} cannot be read: {why}; put the missing "
-                             "file(s) back, or `lakecurate restore` a version that does not "
-                             "need them (`lakecurate verify` lists every missing file)")
+            return LakeError(
+                f"version {version} cannot be read: {why}; put the missing "
+                "file(s) back, or `lakecurate restore` a version that does not "
+                "need them (`lakecurate verify` lists every missing file)"
+            )
         entries = self.log_entries()
         earliest, latest = self.readable_range(entries)
         stamps = {int(e["version"]): int(e["timestamp"]) for e in entries}
-        return LakeError(f"version {version} can no longer be read ({why}): "
-                         f"{_describe(earliest, latest, stamps)}")
+        return LakeError(
+            f"version {version} can no longer be read ({why}): "
+            f"{_describe(earliest, latest, stamps)}"
+        )
 
 
 def _parquet_damage(path: Path) -> str | None:
@@ -601,6 +690,7 @@ def utc_text(ms: int) -> str:
 
 def _describe(earliest: int, latest: int, stamps: dict[int, int]) -> str:
     """``the lake has versions 3 (2026-...) to 9 (2026-...)``: what exists, for an error."""
+
     def one(v: int) -> str:
         return f"{v} ({utc_text(stamps[v])})" if v in stamps else str(v)
 

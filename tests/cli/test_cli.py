@@ -31,16 +31,24 @@ from lakecurate.cli import main
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
 
-SUMMARY = re.compile(r"ingested (\d+) chunk\(s\) of (\d+) file\(s\): ([\d,]+) documents in, "
-                     r"([\d,]+) kept, ([\d,]+) dropped")
+SUMMARY = re.compile(
+    r"ingested (\d+) chunk\(s\) of (\d+) file\(s\): ([\d,]+) documents in, "
+    r"([\d,]+) kept, ([\d,]+) dropped"
+)
 
 
 def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """Same as the ``run_cli`` fixture, for the module-scoped lake below."""
-    return subprocess.run([sys.executable, "-m", "lakecurate", *map(str, args)],
-                          check=False, capture_output=True, text=True, env=cli_env(),
-                          timeout=300,
-                          start_new_session=True, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "lakecurate", *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=300,
+        start_new_session=True,
+        cwd=ROOT,
+    )
 
 
 def _int(s: str) -> int:
@@ -69,8 +77,15 @@ def lake(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Ingested:
     m = SUMMARY.search(first.stdout)
     assert m, f"no summary line in {first.stdout!r}"
     second = _cli("ingest", corpus, "--lake", path, "--config", cfg)
-    return Ingested(path, first, second, rows_in=_int(m.group(3)), kept=_int(m.group(4)),
-                    dropped=_int(m.group(5)), chunks=int(m.group(1)))
+    return Ingested(
+        path,
+        first,
+        second,
+        rows_in=_int(m.group(3)),
+        kept=_int(m.group(4)),
+        dropped=_int(m.group(5)),
+        chunks=int(m.group(1)),
+    )
 
 
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -94,15 +109,22 @@ def _snapshot(lake: Path) -> dict[str, object]:
     """Everything that would show a write: row counts of every table and view, the Delta log,
     and the bytes of every file in the lake."""
     db = Lake.open(lake)
-    tables = [r[0] for r in db.sql("SELECT table_name FROM duckdb_tables() "
-                                   "WHERE database_name = 'lake' ORDER BY 1").rows]
+    tables = [
+        r[0]
+        for r in db.sql(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'lake' ORDER BY 1"
+        ).rows
+    ]
     assert "chunks" in tables and "runs" in tables
     names = [*tables, "documents", "docs", "rejects"]
     union = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM \"{t}\"" for t in names)
     counts = dict(db.sql(union).rows)
     log = sorted(p.name for p in (lake / "documents" / "_delta_log").glob("*.json"))
-    files = {str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(lake.rglob("*")) if p.is_file()}
+    files = {
+        str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(lake.rglob("*"))
+        if p.is_file()
+    }
     return {"counts": counts, "delta_log": log, "files": files}
 
 
@@ -116,6 +138,7 @@ def baseline(lake: Ingested) -> dict[str, object]:
 
 # --- ingest ---------------------------------------------------------------------------------
 
+
 def test_ingest_prints_a_summary_with_documents_in_and_kept(lake: Ingested) -> None:
     assert lake.first.returncode == 0
     assert lake.rows_in == lake.kept + lake.dropped
@@ -128,8 +151,7 @@ def test_ingest_prints_a_summary_with_documents_in_and_kept(lake: Ingested) -> N
 def test_summary_agrees_with_the_lake(lake: Ingested) -> None:
     assert _scalar(lake.path, "SELECT count(*) FROM documents") == lake.rows_in
     assert _scalar(lake.path, "SELECT count(*) FROM docs") == lake.kept
-    assert _scalar(lake.path, "SELECT count(*) FROM chunks WHERE status = 'SUCCESS'") \
-        == lake.chunks
+    assert _scalar(lake.path, "SELECT count(*) FROM chunks WHERE status = 'SUCCESS'") == lake.chunks
 
 
 def test_second_identical_ingest_is_nothing_to_do(lake: Ingested) -> None:
@@ -149,33 +171,35 @@ def test_ingest_of_a_missing_path_names_it(run_cli: RunCli, tmp_path: Path) -> N
     assert "no such file" in line
 
 
-def test_ingest_names_the_missing_one_among_several(run_cli: RunCli, corpus: Path,
-                                                    tmp_path: Path) -> None:
+def test_ingest_names_the_missing_one_among_several(
+    run_cli: RunCli, corpus: Path, tmp_path: Path
+) -> None:
     missing = tmp_path / "typo.jsonl"
-    line = _one_error_line(run_cli("ingest", corpus / "web_a.jsonl", missing,
-                                   "--lake", tmp_path / "lake"))
+    line = _one_error_line(
+        run_cli("ingest", corpus / "web_a.jsonl", missing, "--lake", tmp_path / "lake")
+    )
     assert str(missing) in line
     assert "web_a" not in line
 
 
-def test_failed_ingest_of_a_missing_path_creates_no_lake(run_cli: RunCli,
-                                                         tmp_path: Path) -> None:
+def test_failed_ingest_of_a_missing_path_creates_no_lake(run_cli: RunCli, tmp_path: Path) -> None:
     run_cli("ingest", tmp_path / "typo.jsonl", "--lake", tmp_path / "lake")
     assert not (tmp_path / "lake").exists()
 
 
-def test_config_with_an_unknown_key_is_refused_naming_it(run_cli: RunCli, corpus: Path,
-                                                         tmp_path: Path) -> None:
+def test_config_with_an_unknown_key_is_refused_naming_it(
+    run_cli: RunCli, corpus: Path, tmp_path: Path
+) -> None:
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[ingest]\nchunk_size = "64KiB"\nchunk_sise = "1MiB"\n', encoding="utf-8")
-    line = _one_error_line(run_cli("ingest", corpus, "--lake", tmp_path / "lake",
-                                   "--config", cfg))
+    line = _one_error_line(run_cli("ingest", corpus, "--lake", tmp_path / "lake", "--config", cfg))
     assert "chunk_sise" in line
     assert "chunk_size" in line  # the allowed keys, so the typo is easy to fix
     assert not (tmp_path / "lake").exists()
 
 
 # --- status ---------------------------------------------------------------------------------
+
 
 def test_status_table(run_cli: RunCli, lake: Ingested) -> None:
     proc = run_cli("status", "--lake", lake.path)
@@ -190,8 +214,7 @@ def test_status_table(run_cli: RunCli, lake: Ingested) -> None:
     assert "(1 row)" in chunks
 
 
-def test_status_csv_parses_and_every_row_names_its_section(run_cli: RunCli,
-                                                           lake: Ingested) -> None:
+def test_status_csv_parses_and_every_row_names_its_section(run_cli: RunCli, lake: Ingested) -> None:
     proc = run_cli("status", "--lake", lake.path, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.reader(io.StringIO(proc.stdout, newline="")))
@@ -227,18 +250,25 @@ def test_status_json_is_json_lines(run_cli: RunCli, lake: Ingested) -> None:
 
 
 def test_lake_defaults_to_the_environment_variable(run_cli: RunCli, lake: Ingested) -> None:
-    proc = run_cli("sql", "SELECT count(*) AS n FROM docs", "--format", "csv",
-                   env={"LAKECURATE_LAKE": str(lake.path)})
+    proc = run_cli(
+        "sql",
+        "SELECT count(*) AS n FROM docs",
+        "--format",
+        "csv",
+        env={"LAKECURATE_LAKE": str(lake.path)},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"n\n{lake.kept}\n"
 
 
 # --- sql ------------------------------------------------------------------------------------
 
+
 def test_sql_docs_count_equals_kept_documents(run_cli: RunCli, lake: Ingested) -> None:
     a = run_cli("sql", "select count(*) from docs", "--lake", lake.path, "--format", "csv")
-    b = run_cli("sql", "select count(*) from documents where kept", "--lake", lake.path,
-                "--format", "csv")
+    b = run_cli(
+        "sql", "select count(*) from documents where kept", "--lake", lake.path, "--format", "csv"
+    )
     assert a.returncode == 0 and b.returncode == 0, (a.stderr, b.stderr)
     n_docs = int(list(csv.reader(io.StringIO(a.stdout)))[1][0])
     n_kept = int(list(csv.reader(io.StringIO(b.stdout)))[1][0])
@@ -263,32 +293,45 @@ def test_sql_csv_format(run_cli: RunCli, lake: Ingested) -> None:
     proc = run_cli("sql", QUERY, "--lake", lake.path, "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     assert list(csv.reader(io.StringIO(proc.stdout, newline=""))) == [
-        ["n", "missing", "s", "nl"], ["1", "", "a,b", "x\ny"]]
+        ["n", "missing", "s", "nl"],
+        ["1", "", "a,b", "x\ny"],
+    ]
 
 
 def test_sql_json_format(run_cli: RunCli, lake: Ingested) -> None:
     proc = run_cli("sql", QUERY, "--lake", lake.path, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert [json.loads(x) for x in proc.stdout.splitlines()] == [
-        {"n": 1, "missing": None, "s": "a,b", "nl": "x\ny"}]
+        {"n": 1, "missing": None, "s": "a,b", "nl": "x\ny"}
+    ]
 
 
 def test_sql_json_over_real_rows(run_cli: RunCli, lake: Ingested) -> None:
-    proc = run_cli("sql", "SELECT reason, count(*) AS n FROM documents GROUP BY ALL "
-                   "ORDER BY ALL", "--lake", lake.path, "--format", "json")
+    proc = run_cli(
+        "sql",
+        "SELECT reason, count(*) AS n FROM documents GROUP BY ALL ORDER BY ALL",
+        "--lake",
+        lake.path,
+        "--format",
+        "json",
+    )
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(x) for x in proc.stdout.splitlines()]
     assert sum(r["n"] for r in rows) == lake.rows_in
     assert [r["n"] for r in rows if r["reason"] is None] == [lake.kept]
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("SELECT * FROM docs LIMIT 3", 3),
-    ("SELECT id, text FROM documents LIMIT 1", 1),
-    ("SELECT * FROM rejects LIMIT 2", 2),
-])
-def test_sql_with_limit_exits_cleanly(run_cli: RunCli, lake: Ingested, query: str,
-                                      expected: int) -> None:
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("SELECT * FROM docs LIMIT 3", 3),
+        ("SELECT id, text FROM documents LIMIT 1", 1),
+        ("SELECT * FROM rejects LIMIT 2", 2),
+    ],
+)
+def test_sql_with_limit_exits_cleanly(
+    run_cli: RunCli, lake: Ingested, query: str, expected: int
+) -> None:
     # A scan DuckDB stops early used to crash the process at exit (SIGSEGV / abort / hang)
     # after printing the right rows: see query._native_local.
     proc = run_cli("sql", query, "--lake", lake.path, "--format", "csv", timeout=60)
@@ -296,22 +339,24 @@ def test_sql_with_limit_exits_cleanly(run_cli: RunCli, lake: Ingested, query: st
     assert len(list(csv.reader(io.StringIO(proc.stdout, newline="")))) == expected + 1
 
 
-@pytest.mark.parametrize("statement", [
-    "INSERT INTO runs SELECT * FROM runs",
-    "DELETE FROM chunks",
-    "UPDATE chunks SET status = 'PENDING'",
-    "CREATE TABLE evil AS SELECT 1 AS x",
-    "COPY (SELECT * FROM docs) TO '{tmp}/out.csv'",
-    "ATTACH '{tmp}/other.duckdb' AS other",
-    "SET enable_external_access=true",
-    "SELECT 1; DELETE FROM chunks",  # a write behind a read
-    "EXPLAIN ANALYZE DELETE FROM chunks",  # passes the statement check; stopped by READ_ONLY
-    "WITH d AS (DELETE FROM chunks RETURNING *) SELECT * FROM d",
-])
-def test_write_statements_are_refused_and_change_nothing(run_cli: RunCli, lake: Ingested,
-                                                         baseline: dict[str, object],
-                                                         tmp_path: Path,
-                                                         statement: str) -> None:
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO runs SELECT * FROM runs",
+        "DELETE FROM chunks",
+        "UPDATE chunks SET status = 'PENDING'",
+        "CREATE TABLE evil AS SELECT 1 AS x",
+        "COPY (SELECT * FROM docs) TO '{tmp}/out.csv'",
+        "ATTACH '{tmp}/other.duckdb' AS other",
+        "SET enable_external_access=true",
+        "SELECT 1; DELETE FROM chunks",  # a write behind a read
+        "EXPLAIN ANALYZE DELETE FROM chunks",  # passes the statement check; stopped by READ_ONLY
+        "WITH d AS (DELETE FROM chunks RETURNING *) SELECT * FROM d",
+    ],
+)
+def test_write_statements_are_refused_and_change_nothing(
+    run_cli: RunCli, lake: Ingested, baseline: dict[str, object], tmp_path: Path, statement: str
+) -> None:
     proc = run_cli("sql", statement.format(tmp=tmp_path), "--lake", lake.path)
     line = _one_error_line(proc)
     assert "read-only" in line
@@ -320,8 +365,9 @@ def test_write_statements_are_refused_and_change_nothing(run_cli: RunCli, lake: 
     assert not (tmp_path / "other.duckdb").exists()
 
 
-def test_status_and_queries_leave_the_lake_unchanged(run_cli: RunCli, lake: Ingested,
-                                                     baseline: dict[str, object]) -> None:
+def test_status_and_queries_leave_the_lake_unchanged(
+    run_cli: RunCli, lake: Ingested, baseline: dict[str, object]
+) -> None:
     assert run_cli("status", "--lake", lake.path).returncode == 0
     assert run_cli("sql", "SELECT * FROM docs LIMIT 1", "--lake", lake.path).returncode == 0
     assert _snapshot(lake.path) == baseline
@@ -352,8 +398,9 @@ def test_sql_empty_query(run_cli: RunCli, lake: Ingested) -> None:
 
 
 @pytest.mark.parametrize("command", [("status",), ("sql", "SELECT 1")])
-def test_missing_lake_says_to_run_ingest(run_cli: RunCli, tmp_path: Path,
-                                         command: tuple[str, ...]) -> None:
+def test_missing_lake_says_to_run_ingest(
+    run_cli: RunCli, tmp_path: Path, command: tuple[str, ...]
+) -> None:
     missing = tmp_path / "nowhere"
     line = _one_error_line(run_cli(*command, "--lake", missing))
     assert "lakecurate ingest" in line
@@ -417,8 +464,9 @@ def test_every_command_has_help(name: str) -> None:
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_cli_reference",
-                                                  ROOT / "docs" / "gen_cli_reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "gen_cli_reference", ROOT / "docs" / "gen_cli_reference.py"
+    )
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -438,7 +486,8 @@ def test_every_command_is_in_the_cli_reference(name: str) -> None:
 def test_cli_reference_is_current() -> None:
     fresh = _generator().render()
     assert fresh == DOC.read_text(encoding="utf-8"), (
-        "docs/cli.md is out of date: run python docs/gen_cli_reference.py")
+        "docs/cli.md is out of date: run python docs/gen_cli_reference.py"
+    )
 
 
 def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -446,8 +495,7 @@ def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch: pytest.Monke
     assert _generator().render() == DOC.read_text(encoding="utf-8")
 
 
-def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Path,
-                                                     run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     cfg = tmp_path / "near.toml"
     cfg.write_text('[ingest]\nchunk_size = "64KiB"\n\n[near_dedup]\nenabled = true\n')
     lake = tmp_path / "lake"
@@ -474,24 +522,35 @@ def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Pat
 def _sql_in(cwd: Path, lake: Path, statement: str) -> subprocess.CompletedProcess[str]:
     """`lakecurate sql` run from ``cwd`` (which has a ``.tmp`` folder: DuckDB's temp
     directory, the one place external access left writable)."""
-    return subprocess.run([sys.executable, "-m", "lakecurate", "sql", statement, "--lake",
-                           str(lake)], check=False, capture_output=True, text=True,
-                          env=cli_env(), timeout=120, start_new_session=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "lakecurate", "sql", statement, "--lake", str(lake)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        start_new_session=True,
+        cwd=cwd,
+    )
 
 
-@pytest.mark.parametrize("statement", [
-    "EXPLAIN ANALYZE COPY (SELECT * FROM docs) TO '.tmp/x.csv'",
-    "/* c */ explain analyze -- c\n copy (select 1 as x) to '.tmp/x.csv'",
-    "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1 AS x) TO '.tmp/x.csv'",
-    "EXPLAIN ANALYZE CREATE TEMP TABLE evil AS SELECT 1 AS x",
-    "EXPLAIN ANALYZE INSERT INTO runs SELECT * FROM runs",
-    "EXPLAIN CREATE TABLE evil AS SELECT 1 AS x",
-    "EXPLAIN ANALYZE WITH d AS (DELETE FROM chunks RETURNING *) SELECT * FROM d",
-    "PRAGMA enable_profiling",
-    "CALL pragma_version()",
-])
-def test_wrapped_writes_are_refused(lake: Ingested, baseline: dict[str, object],
-                                    tmp_path: Path, statement: str) -> None:
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "EXPLAIN ANALYZE COPY (SELECT * FROM docs) TO '.tmp/x.csv'",
+        "/* c */ explain analyze -- c\n copy (select 1 as x) to '.tmp/x.csv'",
+        "EXPLAIN (ANALYZE, FORMAT json) COPY (SELECT 1 AS x) TO '.tmp/x.csv'",
+        "EXPLAIN ANALYZE CREATE TEMP TABLE evil AS SELECT 1 AS x",
+        "EXPLAIN ANALYZE INSERT INTO runs SELECT * FROM runs",
+        "EXPLAIN CREATE TABLE evil AS SELECT 1 AS x",
+        "EXPLAIN ANALYZE WITH d AS (DELETE FROM chunks RETURNING *) SELECT * FROM d",
+        "PRAGMA enable_profiling",
+        "CALL pragma_version()",
+    ],
+)
+def test_wrapped_writes_are_refused(
+    lake: Ingested, baseline: dict[str, object], tmp_path: Path, statement: str
+) -> None:
     (tmp_path / ".tmp").mkdir()
     line = _one_error_line(_sql_in(tmp_path, lake.path, statement))
     assert "read-only" in line
@@ -499,18 +558,21 @@ def test_wrapped_writes_are_refused(lake: Ingested, baseline: dict[str, object],
     assert _snapshot(lake.path) == baseline
 
 
-@pytest.mark.parametrize("statement", [
-    "EXPLAIN SELECT count(*) FROM docs",
-    "EXPLAIN ANALYZE SELECT count(*) FROM docs",
-    "EXPLAIN (SELECT 1)",
-    "EXPLAIN (FORMAT json) SELECT 1",
-    "SHOW TABLES",
-    "DESCRIBE docs",
-    "PRAGMA show_tables",
-    "PRAGMA table_info('chunks')",
-    "WITH k AS (SELECT * FROM docs) SELECT count(*) FROM k",
-    "SELECT count(*) FROM content_hashes",  # a large state table, copied when named
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "EXPLAIN SELECT count(*) FROM docs",
+        "EXPLAIN ANALYZE SELECT count(*) FROM docs",
+        "EXPLAIN (SELECT 1)",
+        "EXPLAIN (FORMAT json) SELECT 1",
+        "SHOW TABLES",
+        "DESCRIBE docs",
+        "PRAGMA show_tables",
+        "PRAGMA table_info('chunks')",
+        "WITH k AS (SELECT * FROM docs) SELECT count(*) FROM k",
+        "SELECT count(*) FROM content_hashes",  # a large state table, copied when named
+    ],
+)
 def test_reads_are_still_allowed(lake: Ingested, tmp_path: Path, statement: str) -> None:
     proc = _sql_in(tmp_path, lake.path, statement)
     assert proc.returncode == 0, proc.stderr

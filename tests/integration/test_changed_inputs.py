@@ -27,15 +27,18 @@ def _write(path: Path, records: list[dict[str, str]]) -> None:
 
 
 def _plain(n: int, start: int = 0, word: str = "document") -> list[dict[str, str]]:
-    return [{"id": f"d{i}", "text": f"{word} {i} " + "plain words " * 20}
-            for i in range(start, start + n)]
+    return [
+        {"id": f"d{i}", "text": f"{word} {i} " + "plain words " * 20}
+        for i in range(start, start + n)
+    ]
 
 
 def _random_texts(n: int, seed: int = 1) -> list[dict[str, str]]:
     r = random.Random(seed)
     words = [f"w{i}" for i in range(2000)]
-    return [{"id": f"d{i}", "text": " ".join(r.choice(words) for _ in range(120))}
-            for i in range(n)]
+    return [
+        {"id": f"d{i}", "text": " ".join(r.choice(words) for _ in range(120))} for i in range(n)
+    ]
 
 
 def _config(tmp_path: Path, text: str) -> Path:
@@ -54,8 +57,9 @@ def _clean(tmp_path: Path, inputs: list[Path], cfg: Path) -> Lake:
     return lake
 
 
-def _one_file_lake(tmp_path: Path, config: str,
-                   records: list[dict[str, str]]) -> tuple[Lake, Path, Path]:
+def _one_file_lake(
+    tmp_path: Path, config: str, records: list[dict[str, str]]
+) -> tuple[Lake, Path, Path]:
     """A lake made by ingesting one JSONL file of ``records``: (lake, the file, the config)."""
     cfg = _config(tmp_path, config)
     data = tmp_path / "in.jsonl"
@@ -66,8 +70,10 @@ def _one_file_lake(tmp_path: Path, config: str,
 
 
 def _decisions(lake: Lake) -> list[tuple[object, ...]]:
-    return lake.sql("SELECT source_path, source_line, id, kept, reason, content_hash "
-                    "FROM documents ORDER BY source_path, source_line").rows
+    return lake.sql(
+        "SELECT source_path, source_line, id, kept, reason, content_hash "
+        "FROM documents ORDER BY source_path, source_line"
+    ).rows
 
 
 def test_appended_record_then_rerun_keeps_every_unchanged_chunk(tmp_path: Path) -> None:
@@ -106,14 +112,21 @@ def test_identical_files_in_two_folders_each_keep_their_rows(tmp_path: Path) -> 
     assert _one(lake, "SELECT count(*) FROM documents") == 100  # one copy is exact_dup
     # Chunk keys hash the path, so which folder commits first (and keeps) varies: replace
     # the one that kept, the case that once took the other folder's documents with it.
-    keeper, other = ("a", "b") if _one(
-        lake, "SELECT count(*) FROM docs WHERE source_path LIKE '%/a/data.jsonl'") else ("b", "a")
-    _write(root / keeper / "data.jsonl",
-           [{"text": r["text"]} for r in _plain(50, word="other")])
+    keeper, other = (
+        ("a", "b")
+        if _one(lake, "SELECT count(*) FROM docs WHERE source_path LIKE '%/a/data.jsonl'")
+        else ("b", "a")
+    )
+    _write(root / keeper / "data.jsonl", [{"text": r["text"]} for r in _plain(50, word="other")])
     report = lake.ingest([root])
     assert report.ok and report.chunks_redecided >= 1
-    assert lake.sql("SELECT count(*) FROM docs WHERE source_path LIKE $p",
-                    params={"p": f"%/{other}/data.jsonl"}).rows[0][0] == 50
+    assert (
+        lake.sql(
+            "SELECT count(*) FROM docs WHERE source_path LIKE $p",
+            params={"p": f"%/{other}/data.jsonl"},
+        ).rows[0][0]
+        == 50
+    )
     assert lake.verify().ok
     assert _decisions(lake) == _decisions(_clean(tmp_path, [root], cfg))
 
@@ -137,8 +150,7 @@ def test_removed_file_leaves_the_lake_and_its_duplicates_are_kept(tmp_path: Path
 
 
 @pytest.mark.parametrize("how", ["deleted", "old backup"])
-def test_stale_state_is_rebuilt_from_the_log_not_committed_on_top(tmp_path: Path,
-                                                                 how: str) -> None:
+def test_stale_state_is_rebuilt_from_the_log_not_committed_on_top(tmp_path: Path, how: str) -> None:
     """D3: a missing or older state.duckdb numbered new commits below the log's watermark and
     committed every chunk a second time."""
     cfg = _config(tmp_path, SMALL)
@@ -190,8 +202,9 @@ def test_the_lake_is_never_read_as_input(tmp_path: Path) -> None:
 
 def test_lost_config_comes_back_from_the_log(tmp_path: Path) -> None:
     """D15: a deleted LAKE/lakecurate.toml silently switched the lake to the default pipeline."""
-    cfg = _config(tmp_path, SMALL + '[filters]\nsteps = ["length"]\n[filters.length]\n'
-                                    'min_chars = 50\n')
+    cfg = _config(
+        tmp_path, SMALL + '[filters]\nsteps = ["length"]\n[filters.length]\nmin_chars = 50\n'
+    )
     root = tmp_path / "in"
     _write(root / "a.jsonl", [*_plain(5), {"id": "short", "text": "too short"}])
     lake = Lake.open(tmp_path / "lake")
@@ -221,22 +234,40 @@ def test_band_index_survives_a_crash_finalised_by_compact(tmp_path: Path) -> Non
     records = _random_texts(10, seed=7)
     _write(root / "a.jsonl", records)
     lake_dir = tmp_path / "lake"
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(root), "--lake", str(lake_dir),
-           "--config", str(cfg)]
-    killed = subprocess.run(cmd, env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:kill"}),
-                            cwd=ROOT, capture_output=True, text=True, start_new_session=True,
-                            timeout=300, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(root),
+        "--lake",
+        str(lake_dir),
+        "--config",
+        str(cfg),
+    ]
+    killed = subprocess.run(
+        cmd,
+        env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:kill"}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+        check=False,
+    )
     assert killed.returncode != 0
     Lake.open(lake_dir).compact()
     near_copy = dict(records[3], id="copy", text=records[3]["text"] + " extra")
     _write(root / "b.jsonl", [near_copy])
     env = {k: v for k, v in os.environ.items() if k != "LAKECURATE_FAULT"}
-    done = subprocess.run(cmd, env=cli_env() | env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        cmd, env=cli_env() | env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     lake = Lake.open(lake_dir)
     assert lake.sql("SELECT reason, dup_of FROM documents WHERE id = 'copy'").rows == [
-        ("near_dup", "d3")]
+        ("near_dup", "d3")
+    ]
 
 
 def test_exact_copy_of_a_near_duplicate_points_at_a_kept_document(tmp_path: Path) -> None:
@@ -247,12 +278,14 @@ def test_exact_copy_of_a_near_duplicate_points_at_a_kept_document(tmp_path: Path
     base = " ".join(r.choice(words) for _ in range(120))
     near = base.rsplit(" ", 1)[0] + " zzz"
     data = tmp_path / "in.jsonl"
-    _write(data, [{"id": "a", "text": base}, {"id": "b", "text": near},
-                  {"id": "c", "text": near}])
+    _write(data, [{"id": "a", "text": base}, {"id": "b", "text": near}, {"id": "c", "text": near}])
     lake = Lake.open(tmp_path / "lake")
     assert lake.ingest([data], config=_config(tmp_path, NEAR)).ok
-    assert lake.sql("SELECT id, kept, reason, dup_of FROM documents ORDER BY source_line").rows \
-        == [("a", True, None, None), ("b", False, "near_dup", "a"), ("c", False, "exact_dup", "a")]
+    assert lake.sql("SELECT id, kept, reason, dup_of FROM documents ORDER BY source_line").rows == [
+        ("a", True, None, None),
+        ("b", False, "near_dup", "a"),
+        ("c", False, "exact_dup", "a"),
+    ]
     assert lake.verify().ok
 
 
@@ -270,10 +303,15 @@ def test_filtered_reads_after_compact_and_a_changed_input(tmp_path: Path) -> Non
     _write(root / "a.jsonl", [{"text": f"doc {i} other words"} for i in range(61)])
     report = lake.ingest([root])
     assert report.ok and report.chunks_redecided >= 1
-    key = lake.sql("SELECT min(chunk_key) FROM documents WHERE source_path LIKE '%b.jsonl'"
-                   ).rows[0][0]
-    assert lake.sql("SELECT count(*) FROM documents WHERE chunk_key = $k",
-                    params={"k": key}).rows[0][0] > 0
+    key = lake.sql("SELECT min(chunk_key) FROM documents WHERE source_path LIKE '%b.jsonl'").rows[
+        0
+    ][0]
+    assert (
+        lake.sql("SELECT count(*) FROM documents WHERE chunk_key = $k", params={"k": key}).rows[0][
+            0
+        ]
+        > 0
+    )
     assert lake.explain(f"{root / 'b.jsonl'}:3") is not None
     assert lake.verify().ok
     assert _decisions(lake) == _decisions(_clean(tmp_path, [root], cfg))

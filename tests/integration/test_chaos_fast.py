@@ -20,12 +20,18 @@ def _chaos() -> ModuleType:
 
 
 def test_five_random_kills_lose_and_double_nothing(tmp_path: Path) -> None:
-    summary = _chaos().campaign(tmp_path, kills=5, seed=3, scale=1.5, chunk_size="32KiB",
-                                max_delay=2.0, log=lambda _m: None)
+    summary = _chaos().campaign(
+        tmp_path, kills=5, seed=3, scale=1.5, chunk_size="32KiB", max_delay=2.0, log=lambda _m: None
+    )
     assert summary["problems"] == [] and summary["verify_problems"] == []
     assert summary["kills_survived"] == 5, summary["runs"]
-    for figure in ("documents_lost", "documents_extra", "documents_duplicated",
-                   "rows_differing", "extra_delta_versions"):
+    for figure in (
+        "documents_lost",
+        "documents_extra",
+        "documents_duplicated",
+        "rows_differing",
+        "extra_delta_versions",
+    ):
         assert summary[figure] == 0, (figure, summary)
     assert summary["identity_set_equal"] == 1
     assert summary["rerun_says_nothing_to_do"]

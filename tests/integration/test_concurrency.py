@@ -16,19 +16,37 @@ import pytest
 from helpers import ROOT, cli_env
 
 from lakecurate import Lake
-from lakecurate.export import verify as export_verify
-from lakecurate.lock import LakeLock
-from lakecurate.state import SNAPSHOT_NAME
+from lakecurate.lake.lock import LakeLock
+from lakecurate.read.export import verify as export_verify
+from lakecurate.store.state import SNAPSHOT_NAME
 
 
-def test_readers_and_a_second_writer_during_an_ingest(corpus: Path, config_file: Path,
-                                                      tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_readers_and_a_second_writer_during_an_ingest(
+    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     lake = tmp_path / "lake"
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(config_file), "--workers", "2"]
-    proc = subprocess.Popen(cmd, env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:sleep"}),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(config_file),
+        "--workers",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:sleep"}),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (lake / "state.snapshot.duckdb").exists() and time.monotonic() < deadline:
@@ -40,8 +58,14 @@ def test_readers_and_a_second_writer_during_an_ingest(corpus: Path, config_file:
         answered_during = 0
         while proc.poll() is None and time.monotonic() < deadline:
             st = run_cli("status", "--lake", lake, "--format", "json")
-            q = run_cli("sql", "--lake", lake, "--format", "json",
-                        "SELECT count(*) AS n FROM chunks WHERE status = 'SUCCESS'")
+            q = run_cli(
+                "sql",
+                "--lake",
+                lake,
+                "--format",
+                "json",
+                "SELECT count(*) AS n FROM chunks WHERE status = 'SUCCESS'",
+            )
             if proc.poll() is None:
                 assert st.returncode == 0, st.stderr
                 assert q.returncode == 0, q.stderr
@@ -65,7 +89,7 @@ def test_readers_and_a_second_writer_during_an_ingest(corpus: Path, config_file:
 _OPEN_READER = """
 import sys, time
 from pathlib import Path
-from lakecurate import query
+from lakecurate.read import query
 lake = Path(sys.argv[1])
 con = query.open_reader(lake / "state.duckdb", lake / "documents")
 print(con.execute("SELECT count(*) FROM docs").fetchone()[0],
@@ -79,8 +103,8 @@ print(con.execute("SELECT count(*) FROM docs").fetchone()[0],
 _HOLD_WRITER = """
 import sys, time
 from pathlib import Path
-from lakecurate.lock import LakeLock
-from lakecurate.state import StateStore
+from lakecurate.lake.lock import LakeLock
+from lakecurate.store.state import StateStore
 lake = Path(sys.argv[1])
 lock = LakeLock.acquire(lake / "lock", "ingest")
 state = StateStore.open(lake / "state.duckdb")
@@ -91,18 +115,23 @@ time.sleep(120)
 _HOLD_READING = """
 import sys, time
 from pathlib import Path
-from lakecurate.lock import reading
+from lakecurate.lake.lock import reading
 with reading(Path(sys.argv[1])) as free:
     print("reading" if free else "refused", flush=True)
     time.sleep(float(sys.argv[2]))
 """
 
 
-def _child(script: str, *args: object, env: dict[str, str] | None = None
-           ) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], env=cli_env(env),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+def _child(script: str, *args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, args)],
+        env=cli_env(env),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _first_line(proc: subprocess.Popen[str]) -> str:
@@ -129,8 +158,9 @@ def _part(corpus: Path, tmp_path: Path) -> Path:
     return first
 
 
-def test_readers_never_block_a_writer(corpus: Path, config_file: Path, tmp_path: Path,
-                                      run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_readers_never_block_a_writer(
+    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     """A reader with an open connection and a long export run while ingest, compact, retry
     and restore write the lake: none of them is refused (they were, with "open for writing
     by another process"), and the readers finish with what they started from."""
@@ -138,8 +168,9 @@ def test_readers_never_block_a_writer(corpus: Path, config_file: Path, tmp_path:
     assert Lake.open(lake).ingest([_part(corpus, tmp_path)], config=config_file).ok
     done = tmp_path / "writers-done"
     reader = _child(_OPEN_READER, lake, done)
-    export = _child(_EXPORT, lake, tmp_path / "out",
-                    env={"LAKECURATE_FAULT": "export_shard:sleep"})  # a shard a second
+    export = _child(
+        _EXPORT, lake, tmp_path / "out", env={"LAKECURATE_FAULT": "export_shard:sleep"}
+    )  # a shard a second
     try:
         seen = _first_line(reader)
         assert _first_line(export) == "exporting"
@@ -173,8 +204,16 @@ def test_a_writer_waits_for_a_reader_copying_the_state(tmp_path: Path) -> None:
     """Readers hold the lake lock shared for the moment they copy the state: a writer that
     comes then waits for them (also past a dead writer's record) instead of failing."""
     path = tmp_path / "lock"
-    path.write_text(json.dumps({"pid": 2 ** 22 + 7, "host": socket.gethostname(),
-                                "command": "ingest", "since": "long ago"}))  # a dead writer
+    path.write_text(
+        json.dumps(
+            {
+                "pid": 2**22 + 7,
+                "host": socket.gethostname(),
+                "command": "ingest",
+                "since": "long ago",
+            }
+        )
+    )  # a dead writer
     reader = _child(_HOLD_READING, path, 1.5)
     try:
         assert _first_line(reader) == "reading"
@@ -190,7 +229,8 @@ def test_a_writer_waits_for_a_reader_copying_the_state(tmp_path: Path) -> None:
 
 
 def test_sql_during_a_write_reads_the_version_its_snapshot_names(
-        corpus: Path, config_file: Path, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     """While a writer holds the lake, readers use its last snapshot: the documents are the
     Delta version that snapshot names, not a newer one (D18: docs must equal the kept rows
     of the SUCCESS chunks the reader sees)."""
@@ -199,7 +239,8 @@ def test_sql_during_a_write_reads_the_version_its_snapshot_names(
     assert first.ingest([_part(corpus, tmp_path)], config=config_file).ok
     old_snapshot = (lake / SNAPSHOT_NAME).read_bytes()
     (kept_then, version_then) = first.sql(
-        "SELECT sum(rows_kept), max(delta_version) FROM chunks WHERE status = 'SUCCESS'").rows[0]
+        "SELECT sum(rows_kept), max(delta_version) FROM chunks WHERE status = 'SUCCESS'"
+    ).rows[0]
     assert first.ingest([corpus]).ok
     latest = first.history().rows[-1][0]
     assert latest > version_then
@@ -208,14 +249,24 @@ def test_sql_during_a_write_reads_the_version_its_snapshot_names(
     writer = _child(_HOLD_WRITER, lake)
     try:
         assert _first_line(writer) == "holding"
-        query = ("SELECT (SELECT count(*) FROM docs) AS docs, (SELECT sum(rows_kept) FROM "
-                 "chunks WHERE status = 'SUCCESS') AS kept")
+        query = (
+            "SELECT (SELECT count(*) FROM docs) AS docs, (SELECT sum(rows_kept) FROM "
+            "chunks WHERE status = 'SUCCESS') AS kept"
+        )
         proc = run_cli("sql", query, "--lake", lake, "--format", "json")
         assert proc.returncode == 0, proc.stderr
         row = json.loads(proc.stdout)
         assert row == {"docs": kept_then, "kept": kept_then}
-        proc = run_cli("sql", "SELECT count(*) AS n FROM docs", "--lake", lake, "--version",
-                       str(latest), "--format", "json")  # an explicit version is that one
+        proc = run_cli(
+            "sql",
+            "SELECT count(*) AS n FROM docs",
+            "--lake",
+            lake,
+            "--version",
+            str(latest),
+            "--format",
+            "json",
+        )  # an explicit version is that one
         assert proc.returncode == 0 and json.loads(proc.stdout)["n"] > kept_then
         proc = run_cli("export", tmp_path / "out", "--lake", lake)
         assert proc.returncode == 0, proc.stderr

@@ -20,8 +20,19 @@ from lakecurate import Lake
 
 
 def ingest_cmd(corpus: Path, lake: Path, small_cfg: Path) -> list[str]:
-    return [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-            "--config", str(small_cfg), "--workers", "2"]
+    return [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(small_cfg),
+        "--workers",
+        "2",
+    ]
 
 
 def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignore[type-arg]
@@ -43,56 +54,89 @@ def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignor
             key = entry["lakecurate.chunk_key"]
             assert key not in committed, f"{key} committed twice"
             committed[key] = entry["version"]
-    success = dict(lk.sql("SELECT chunk_key, delta_version FROM chunks "
-                          "WHERE status = 'SUCCESS'").rows)
+    success = dict(
+        lk.sql("SELECT chunk_key, delta_version FROM chunks WHERE status = 'SUCCESS'").rows
+    )
     assert success == committed  # DuckDB and the Delta log agree, version for version
     assert lk.sql("SELECT count(*) FROM commits WHERE status <> 'DONE'").rows[0][0] == 0
-    assert dt.transaction_version("lakecurate") == lk.sql(
-        "SELECT max(seq) FROM commits").rows[0][0]
+    assert dt.transaction_version("lakecurate") == lk.sql("SELECT max(seq) FROM commits").rows[0][0]
     assert lk.sql("SELECT DISTINCT status FROM chunks").rows == [("SUCCESS",)]
-    (n_hashes, n_docs) = lk.sql("SELECT (SELECT count(*) FROM content_hashes), "
-                                "(SELECT count(*) FROM docs)").rows[0]
+    (n_hashes, n_docs) = lk.sql(
+        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM docs)"
+    ).rows[0]
     assert n_hashes == n_docs
 
 
 POINTS = [
-    "worker:kill:web_a_00002",               # while workers run
-    "staged_write:kill:web_a_00003",         # a staged file half-written (temp file present)
+    "worker:kill:web_a_00002",  # while workers run
+    "staged_write:kill:web_a_00003",  # a staged file half-written (temp file present)
     "before_delta_commit:kill:web_a_00001",  # intent recorded, Delta not yet written
-    "after_delta_commit:kill:web_a_00002",   # between the Delta commit and the state update
+    "after_delta_commit:kill:web_a_00002",  # between the Delta commit and the state update
     "during_state_update:kill:web_a_00004",  # inside the state transaction
-    "after_delta_commit:kill:forum",         # a later file, after several commits
+    "after_delta_commit:kill:forum",  # a later file, after several commits
 ]
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_kill_at_point_then_rerun(point: str, corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-                                  tmp_path: Path) -> None:
+def test_kill_at_point_then_rerun(
+    point: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
     lake = tmp_path / "lake"
     cmd = ingest_cmd(corpus, lake, small_cfg)
-    killed = subprocess.run(cmd, check=False, env=cli_env({"LAKECURATE_FAULT": point}), cwd=ROOT,
-                            capture_output=True, text=True, start_new_session=True, timeout=300)
+    killed = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env({"LAKECURATE_FAULT": point}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True, text=True,
-                          start_new_session=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert_consistent(lake, small_reference)
     # the interrupted run is on record as killed; the re-run as OK
-    outcomes = [r[0] for r in Lake.open(lake).sql(
-        "SELECT outcome FROM runs ORDER BY started_at").rows]
+    outcomes = [
+        r[0] for r in Lake.open(lake).sql("SELECT outcome FROM runs ORDER BY started_at").rows
+    ]
     assert outcomes == ["KILLED", "OK"]
 
 
-def test_random_kills_until_done(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-                                 tmp_path: Path) -> None:
+def test_random_kills_until_done(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
     """SIGKILL the whole ingest at random moments, resuming each time with the same command."""
     rng = random.Random(20261202)
     lake = tmp_path / "lake"
     cmd = ingest_cmd(corpus, lake, small_cfg)
     kills = 0
     for _ in range(12):
-        proc = subprocess.Popen(cmd, env=cli_env(), cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=cli_env(),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         time.sleep(rng.uniform(0.3, 2.5))
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -101,12 +145,27 @@ def test_random_kills_until_done(corpus: Path, small_cfg: Path, small_reference:
         if proc.returncode == 0:
             break
     else:
-        done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
-                              start_new_session=True, timeout=300)
+        done = subprocess.run(
+            cmd,
+            check=False,
+            env=cli_env(),
+            cwd=ROOT,
+            capture_output=True,
+            start_new_session=True,
+            timeout=300,
+        )
         assert done.returncode == 0
     assert kills >= 1
-    final = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
-                           text=True, start_new_session=True, timeout=300)
+    final = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert "nothing to do" in final.stdout
     assert_consistent(lake, small_reference)
 
@@ -129,35 +188,63 @@ def _damage_staged(path: Path, how: str) -> None:
         texts = table["text"].to_pylist()
         first = next(i for i, t in enumerate(texts) if t)
         texts[first] = "tampered " + texts[first]
-        table = table.set_column(table.schema.get_field_index("text"), "text",
-                                 pa.array(texts, table.schema.field("text").type))
+        table = table.set_column(
+            table.schema.get_field_index("text"),
+            "text",
+            pa.array(texts, table.schema.field("text").type),
+        )
         with pq.ParquetWriter(path, table.schema, compression="zstd") as writer:
             writer.write_table(table)
-            writer.add_key_value_metadata({k: v for k, v in raw.items()
-                                           if k not in table.schema.metadata
-                                           and k != b"ARROW:schema"})
+            writer.add_key_value_metadata(
+                {
+                    k: v
+                    for k, v in raw.items()
+                    if k not in table.schema.metadata and k != b"ARROW:schema"
+                }
+            )
 
 
 @pytest.mark.parametrize("how", ["truncated", "bit-flipped", "rewritten"])
-def test_damaged_staged_file_is_redone_not_committed(how: str, corpus: Path, small_cfg: Path,
-                                                     small_reference: list,  # type: ignore[type-arg]
-                                                     tmp_path: Path) -> None:
+def test_damaged_staged_file_is_redone_not_committed(
+    how: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
     """D20: a staged file damaged between the kill and the resume fails its checksum, is deleted
     and its chunk is processed again; the lake equals an uninterrupted run's."""
     lake = tmp_path / "lake"
     cmd = ingest_cmd(corpus, lake, small_cfg)
     fault = {"LAKECURATE_FAULT": "before_delta_commit:kill:web_a_00001"}
-    killed = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True,
-                            env=cli_env(fault), start_new_session=True, timeout=300)
+    killed = subprocess.run(
+        cmd,
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=cli_env(fault),
+        start_new_session=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = sorted((lake / "staging").glob("*.parquet"))
     assert staged, "the kill left no staged file to damage"
     for path in staged:
         _damage_staged(path, how)
-    done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
-                          text=True, start_new_session=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert_consistent(lake, small_reference)
     # lake_rows leaves the text out: every text must still be the one its hash was made from
-    assert Lake.open(lake).sql("SELECT count(*) FROM documents WHERE text LIKE 'tampered%' OR "
-                               "md5(text) <> content_hash").rows == [(0,)]
+    assert Lake.open(lake).sql(
+        "SELECT count(*) FROM documents WHERE text LIKE 'tampered%' OR md5(text) <> content_hash"
+    ).rows == [(0,)]

@@ -31,17 +31,37 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 from helpers import ROOT, assert_lake_consistent, cli_env
 
-from lakecurate.worker import read_staged_result
+from lakecurate.ingest.staging import read_staged_result
 
 NO_SPACE = "no space left on device"
 
-def _ingest(corpus: Path, lake: Path, small_cfg: Path,
-            fault: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(small_cfg), "--workers", "2"]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
-                          env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
-                          start_new_session=True, timeout=300)
+
+def _ingest(
+    corpus: Path, lake: Path, small_cfg: Path, fault: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(small_cfg),
+        "--workers",
+        "2",
+    ]
+    return subprocess.run(
+        cmd,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
+        start_new_session=True,
+        timeout=300,
+    )
 
 
 Mount = Callable[[Path, str], None]
@@ -57,8 +77,12 @@ def tmpfs() -> Iterator[Mount]:
         where.mkdir(parents=True, exist_ok=True)
         if sys.platform != "linux" or os.geteuid() != 0:
             pytest.skip("mounting a tmpfs needs root on Linux")
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
-                               str(where)], capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
         mounted.append(where)
@@ -78,8 +102,9 @@ def _fill(where: Path, leave: int) -> Path:
     """A ballast file taking all free space of ``where``'s file system but ``leave`` bytes."""
     st = os.statvfs(where)
     ballast = where / "ballast"
-    subprocess.run(["fallocate", "-l", str(st.f_bavail * st.f_frsize - leave), str(ballast)],
-                   check=True)
+    subprocess.run(
+        ["fallocate", "-l", str(st.f_bavail * st.f_frsize - leave), str(ballast)], check=True
+    )
     return ballast
 
 
@@ -121,15 +146,20 @@ def assert_one_clear_line(done: subprocess.CompletedProcess[str]) -> None:
 
 def _rust_panic_line(line: str) -> bool:
     stripped = line.strip()
-    return (line.startswith("thread '") or stripped in ("Already shut down", "stack backtrace:")
-            or stripped.startswith(("note: ", "at ")) or stripped.split(":", 1)[0].isdigit())
+    return (
+        line.startswith("thread '")
+        or stripped in ("Already shut down", "stack backtrace:")
+        or stripped.startswith(("note: ", "at "))
+        or stripped.split(":", 1)[0].isdigit()
+    )
 
 
 # -- a real full disk -------------------------------------------------------------------------
 
 
-def _documents_full(corpus: Path, small_cfg: Path, lake: Path,
-                    tmpfs: Mount) -> subprocess.CompletedProcess[str]:
+def _documents_full(
+    corpus: Path, small_cfg: Path, lake: Path, tmpfs: Mount
+) -> subprocess.CompletedProcess[str]:
     tmpfs(lake / "documents", "256k")  # a few commits fit, then delta-rs hits ENOSPC
     done = _ingest(corpus, lake, small_cfg)
     assert done.returncode != 0, done.stdout
@@ -137,8 +167,13 @@ def _documents_full(corpus: Path, small_cfg: Path, lake: Path,
     return done
 
 
-def test_documents_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-                                          tmp_path: Path, tmpfs: Mount) -> None:
+def test_documents_volume_full_then_freed(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    tmpfs: Mount,
+) -> None:
     lake = tmp_path / "lake"
     _documents_full(corpus, small_cfg, lake, tmpfs)
     assert_nothing_partial_visible(lake)
@@ -148,13 +183,15 @@ def test_documents_volume_full_then_freed(corpus: Path, small_cfg: Path, small_r
     assert_lake_consistent(lake, small_reference)
 
 
-def test_documents_volume_full_message(corpus: Path, small_cfg: Path, tmp_path: Path,
-                                       tmpfs: Mount) -> None:
+def test_documents_volume_full_message(
+    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
+) -> None:
     assert_one_clear_line(_documents_full(corpus, small_cfg, tmp_path / "lake", tmpfs))
 
 
-def test_documents_volume_full_leaves_no_orphan(corpus: Path, small_cfg: Path, tmp_path: Path,
-                                                tmpfs: Mount) -> None:
+def test_documents_volume_full_leaves_no_orphan(
+    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
+) -> None:
     lake = tmp_path / "lake"
     _documents_full(corpus, small_cfg, lake, tmpfs)
     dt = DeltaTable(str(lake / "documents"))
@@ -163,8 +200,13 @@ def test_documents_volume_full_leaves_no_orphan(corpus: Path, small_cfg: Path, t
     assert on_disk == referenced
 
 
-def test_staging_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-                                        tmp_path: Path, tmpfs: Mount) -> None:
+def test_staging_volume_full_then_freed(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    tmpfs: Mount,
+) -> None:
     lake = tmp_path / "lake"
     tmpfs(lake / "staging", "8k")  # smaller than any staged file
     done = _ingest(corpus, lake, small_cfg)
@@ -176,8 +218,9 @@ def test_staging_volume_full_then_freed(corpus: Path, small_cfg: Path, small_ref
     assert_lake_consistent(lake, small_reference)
 
 
-def _lake_volume_full(corpus: Path, small_cfg: Path, disk: Path,
-                      tmpfs: Mount) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def _lake_volume_full(
+    corpus: Path, small_cfg: Path, disk: Path, tmpfs: Mount
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     tmpfs(disk, "32m")
     ballast = _fill(disk, 512 * 1024)  # less than the state snapshot needs
     lake = disk / "lake"
@@ -187,8 +230,13 @@ def _lake_volume_full(corpus: Path, small_cfg: Path, disk: Path,
     return ballast, done
 
 
-def test_lake_volume_full_then_freed(corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-                                     tmp_path: Path, tmpfs: Mount) -> None:
+def test_lake_volume_full_then_freed(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    tmpfs: Mount,
+) -> None:
     ballast, _ = _lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)
     lake = ballast.parent / "lake"
     assert_nothing_partial_visible(lake)
@@ -198,8 +246,9 @@ def test_lake_volume_full_then_freed(corpus: Path, small_cfg: Path, small_refere
     assert_lake_consistent(lake, small_reference)
 
 
-def test_lake_volume_full_message(corpus: Path, small_cfg: Path, tmp_path: Path,
-                                  tmpfs: Mount) -> None:
+def test_lake_volume_full_message(
+    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
+) -> None:
     assert_one_clear_line(_lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)[1])
 
 
@@ -214,17 +263,22 @@ INJECTED = [
 
 
 @pytest.mark.parametrize("fault", INJECTED)
-def test_injected_enospc_stops_with_one_line(fault: str, corpus: Path, small_cfg: Path,
-                                             tmp_path: Path) -> None:
+def test_injected_enospc_stops_with_one_line(
+    fault: str, corpus: Path, small_cfg: Path, tmp_path: Path
+) -> None:
     done = _ingest(corpus, tmp_path / "lake", small_cfg, fault)
     assert_one_clear_line(done)
     assert_nothing_partial_visible(tmp_path / "lake")
 
 
 @pytest.mark.parametrize("fault", INJECTED)
-def test_injected_enospc_then_freed(fault: str, corpus: Path, small_cfg: Path,
-                                    small_reference: list,  # type: ignore[type-arg]
-                                    tmp_path: Path) -> None:
+def test_injected_enospc_then_freed(
+    fault: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
     lake = tmp_path / "lake"
     done = _ingest(corpus, lake, small_cfg, fault)
     assert done.returncode != 0 and NO_SPACE in (done.stdout + done.stderr).lower()
@@ -234,8 +288,9 @@ def test_injected_enospc_then_freed(fault: str, corpus: Path, small_cfg: Path,
     assert_lake_consistent(lake, small_reference)
 
 
-def test_first_full_disk_error_is_the_one_reported(corpus: Path, small_cfg: Path, tmp_path: Path,
-                                                   tmpfs: Mount) -> None:
+def test_first_full_disk_error_is_the_one_reported(
+    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
+) -> None:
     """D21: the Delta write hits ENOSPC first, then the Bloom cache save in the clean-up fails
     on a full index volume too; the error line names the first failure, not the cache."""
     lake = tmp_path / "lake"

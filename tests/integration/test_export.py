@@ -16,7 +16,7 @@ from helpers import SMALL_CONFIG
 
 from lakecurate import Lake
 from lakecurate.errors import LakeError
-from lakecurate.export import MANIFEST, sha256_of, verify
+from lakecurate.read.export import MANIFEST, sha256_of, verify
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,8 @@ def test_export_of_version_n_is_docs_at_n(lake: Lake, tmp_path: Path, fmt: str) 
         assert sha256_of(out / f["path"]) == f["sha256"]
         assert (out / f["path"]).stat().st_size == f["bytes"]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [MANIFEST, *(f["path"] for f in data["files"])])  # no temp file left
+        [MANIFEST, *(f["path"] for f in data["files"])]
+    )  # no temp file left
 
 
 def test_export_is_reproducible_and_checked(lake: Lake, tmp_path: Path) -> None:
@@ -81,8 +82,9 @@ def test_export_is_reproducible_and_checked(lake: Lake, tmp_path: Path) -> None:
     a = lake.export(latest, tmp_path / "a", fmt="jsonl.gz", shard_size=64 * 1024)
     b = lake.export(None, tmp_path / "b", fmt="jsonl.gz", shard_size=64 * 1024)
     assert [f.sha256 for f in a.files] == [f.sha256 for f in b.files]
-    assert Counter((r["id"], r["content_hash"]) for r in _shard_rows(tmp_path / "a", "jsonl.gz")
-                   ) == _docs_at(lake, latest)
+    assert Counter(
+        (r["id"], r["content_hash"]) for r in _shard_rows(tmp_path / "a", "jsonl.gz")
+    ) == _docs_at(lake, latest)
     # a damaged shard is caught
     shard = tmp_path / "a" / a.files[0].path
     data = bytearray(shard.read_bytes())
@@ -92,7 +94,8 @@ def test_export_is_reproducible_and_checked(lake: Lake, tmp_path: Path) -> None:
 
 
 def test_export_refuses_a_foreign_folder_and_restarts_an_interrupted_one(
-        lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    lake: Lake, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -104,19 +107,34 @@ def test_export_refuses_a_foreign_folder_and_restarts_an_interrupted_one(
         lake.export(None, done)  # a finished export is never overwritten
     # a real interrupted export: killed after its second shard, no manifest
     interrupted = tmp_path / "interrupted"
-    proc = run_cli("export", interrupted, "--lake", lake.root, "--shard-size", "16KiB",
-                   env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"})
+    proc = run_cli(
+        "export",
+        interrupted,
+        "--lake",
+        lake.root,
+        "--shard-size",
+        "16KiB",
+        env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"},
+    )
     assert proc.returncode == -9, proc.stderr
     left = sorted(p.name for p in interrupted.iterdir())
     assert "part-00001.parquet" in left and MANIFEST not in left
     manifest = lake.export(None, interrupted)  # started again: only its own files go
     assert verify(interrupted) == []
     assert sorted(p.name for p in interrupted.iterdir()) == sorted(
-        [MANIFEST, *(f.path for f in manifest.files)])
+        [MANIFEST, *(f.path for f in manifest.files)]
+    )
     # the same, with a file someone else put there: nothing is touched
     again = tmp_path / "again"
-    proc = run_cli("export", again, "--lake", lake.root, "--shard-size", "16KiB",
-                   env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"})
+    proc = run_cli(
+        "export",
+        again,
+        "--lake",
+        lake.root,
+        "--shard-size",
+        "16KiB",
+        env={"LAKECURATE_FAULT": "export_shard:kill:part-00001"},
+    )
     assert proc.returncode == -9, proc.stderr
     (again / "part-00009.parquet").write_bytes(b"not lakecurate's")
     before = _files(again)
@@ -126,8 +144,9 @@ def test_export_refuses_a_foreign_folder_and_restarts_an_interrupted_one(
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def test_export_never_deletes_files_it_did_not_write(lake: Lake, tmp_path: Path) -> None:
@@ -135,8 +154,12 @@ def test_export_never_deletes_files_it_did_not_write(lake: Lake, tmp_path: Path)
     # interrupted export of ours, whatever its file names look like.
     spark = tmp_path / "spark"
     spark.mkdir()
-    for name in ("part-00000-3f2a9c.snappy.parquet", ".part-00000-3f2a9c.snappy.parquet.crc",
-                 "part-00001.parquet", ".part-00002.parquet.tmp_1"):
+    for name in (
+        "part-00000-3f2a9c.snappy.parquet",
+        ".part-00000-3f2a9c.snappy.parquet.crc",
+        "part-00001.parquet",
+        ".part-00002.parquet.tmp_1",
+    ):
         (spark / name).write_bytes(name.encode() * 10)
     before = _files(spark)
     with pytest.raises(LakeError, match="not an interrupted lakecurate export"):
@@ -165,13 +188,22 @@ def test_export_into_the_lake_is_refused(lake: Lake, tmp_path: Path, run_cli) ->
     assert _files(lake.root / "documents") == before
 
 
-def test_jsonl_gz_is_byte_identical_across_processes(lake: Lake, tmp_path: Path,
-                                                     run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_jsonl_gz_is_byte_identical_across_processes(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     # D17: the gzip header held the temp file's name, with the pid of the exporting process.
     shas = []
     for name in ("a", "b"):
-        proc = run_cli("export", tmp_path / name, "--lake", lake.root, "--version", "1",
-                       "--format", "jsonl.gz", "--shard-size", "32KiB")
+        proc = run_cli(
+            "export",
+            tmp_path / name,
+            "--lake",
+            lake.root,
+            "--version",
+            "1",
+            "--format",
+            "jsonl.gz",
+            "--shard-size",
+            "32KiB",
+        )
         assert proc.returncode == 0, proc.stderr
         files = json.loads((tmp_path / name / MANIFEST).read_text())["files"]
         shas.append([f["sha256"] for f in files])
@@ -184,8 +216,18 @@ def test_jsonl_gz_is_byte_identical_across_processes(lake: Lake, tmp_path: Path,
 
 def test_export_cli(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "cli"
-    proc = run_cli("export", out, "--lake", lake.root, "--version", "1", "--format", "jsonl",
-                   "--shard-size", "32KiB")
+    proc = run_cli(
+        "export",
+        out,
+        "--lake",
+        lake.root,
+        "--version",
+        "1",
+        "--format",
+        "jsonl",
+        "--shard-size",
+        "32KiB",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exported version 1" in proc.stdout and verify(out) == []
     proc = run_cli("export", tmp_path / "x", "--lake", lake.root, "--version", "999")

@@ -29,10 +29,14 @@ max_drop = 0.01
 def test_filters_gates_and_redactions_reach_the_state(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     data = tmp_path / "in"
     data.mkdir()
-    good = ("The committee met on Tuesday to review the annual budget and the new plan for the "
-            "library, and everyone agreed that the reading room should stay open late. ") * 3
-    docs = [{"id": f"g{i}", "text": f"Note {i}. {good} Write to person{i}@example.org."}
-            for i in range(30)] + [{"id": f"s{i}", "text": f"too short {i}"} for i in range(10)]
+    good = (
+        "The committee met on Tuesday to review the annual budget and the new plan for the "
+        "library, and everyone agreed that the reading room should stay open late. "
+    ) * 3
+    docs = [
+        {"id": f"g{i}", "text": f"Note {i}. {good} Write to person{i}@example.org."}
+        for i in range(30)
+    ] + [{"id": f"s{i}", "text": f"too short {i}"} for i in range(10)]
     (data / "mixed.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
     cfg = tmp_path / "lakecurate.toml"
     cfg.write_text(CONFIG)
@@ -46,8 +50,7 @@ def test_filters_gates_and_redactions_reach_the_state(tmp_path: Path, run_cli) -
     (flags, redactions) = lake.sql("SELECT gate_violations, redactions FROM chunks").rows[0]
     assert "length" in flags
     assert json.loads(redactions)["email"] == 30
-    funnel = [r[0] for r in lake.sql(
-        "SELECT step FROM filter_stats ORDER BY step_no").rows]
+    funnel = [r[0] for r in lake.sql("SELECT step FROM filter_stats ORDER BY step_no").rows]
     assert funnel[:2] == ["parse", "filter:length"]
     status = run_cli("status", "--lake", tmp_path / "lake")
     assert status.returncode == 0 and "== flagged" in status.stdout

@@ -50,90 +50,197 @@ def _cases() -> dict[str, tuple[bytes, dict[int, str | None]]]:
     rng = random.Random(20261202)
     deep_ok = b'{"text": "nested meta", "m": ' + b"[" * 500 + b"]" * 500 + b"}"
     return {
-        "invalid_utf8.jsonl": (b"\n".join([
-            _ok("fine before"),
-            b'{"text": "a lone \xff byte"}',
-            b'{"text": "overlong \xc0\xaf slash"}',
-            b'{"text": "cut \xe2\x82 euro"}',
-            b'{"text": "CESU surrogate \xed\xa0\x80"}',
-            b'{"text": "latin-1 caf\xe9"}',
-            _ok("fine after: caf\u00e9 \u20ac \U0001f600"),
-        ]) + b"\n", {1: KEPT, 2: "malformed:invalid_utf8", 3: "malformed:invalid_utf8",
-                     4: "malformed:invalid_utf8", 5: "malformed:invalid_utf8",
-                     6: "malformed:invalid_utf8", 7: KEPT}),
-        "surrogates.jsonl": (b"\n".join([
-            b'{"text": "lone high \\ud800 escape"}',
-            b'{"text": "lone low \\udfff escape"}',
-            b'{"id": "\\ud83d", "text": "surrogate in the id"}',
-            b'{"text": "surrogate in a meta key", "\\udc00": 1}',
-            b'{"text": "surrogate in meta", "url": "\\ud800"}',
-            b'{"text": "a pair is fine \\ud83d\\ude00"}',
-            b'{"text": "escaped backslash, not an escape: \\\\ud800"}',
-        ]) + b"\n", {1: "malformed:invalid_unicode", 2: "malformed:invalid_unicode",
-                     3: "malformed:invalid_unicode", 4: "malformed:invalid_unicode",
-                     5: "malformed:invalid_unicode", 6: KEPT, 7: KEPT}),
-        "control_chars.jsonl": (b"\n".join([
-            b'{"text": "raw NUL \x00 inside a string"}',
-            b'{"text": "escaped NUL \\u0000 inside a string"}',
-            b'\x00{"text": "NUL before the object"}',
-            b'{"text": "escaped controls \\u0001\\u0007\\u001b[31m red"}',
-            b'{"text": "raw tab \t inside a string"}',
-            b'{"text": "raw ESC \x1b[0m inside a string"}',
-            b'{"text": "raw DEL \x7f is allowed by JSON"}',
-            b"\t \x0c",  # whitespace only: a blank line
-        ]) + b"\n", {1: "malformed:bad_json", 2: KEPT, 3: "malformed:bad_json", 4: KEPT,
-                     5: "malformed:bad_json", 6: "malformed:bad_json", 7: KEPT, 8: None}),
-        "bom.jsonl": (b"\xef\xbb\xbf" + _ok("after a BOM") + b"\n" + _ok("second line") + b"\n"
-                      + b"\xef\xbb\xbf" + _ok("a BOM in the middle") + b"\n",
-                      {1: "malformed:bad_json", 2: KEPT, 3: "malformed:bad_json"}),
-        "crlf.jsonl": (_ok("dos one") + b"\r\n" + _ok("dos two") + b"\r\n\r\n"
-                       + _ok("text with \r\n inside") + b"\r\n",
-                       {1: KEPT, 2: KEPT, 3: None, 4: KEPT}),
-        "bare_cr.jsonl": (_ok("mac one") + b"\r" + _ok("mac two") + b"\r" + _ok("mac three")
-                          + b"\n" + _ok("unix after") + b"\n",
-                          {1: "malformed:bad_json", 2: KEPT}),
-        "no_final_newline.jsonl": (_ok("first") + b"\n" + _ok("last, no newline"),
-                                   {1: KEPT, 2: KEPT}),
-        "cut_mid_object.jsonl": (_ok("complete") + b'\n{"id": "cut", "text": "the write st',
-                                 {1: KEPT, 2: "malformed:bad_json"}),
-        "truncated.jsonl.gz": (gzip.compress(b"".join(
-            _ok(f"gz record {i} " + "x" * 50) + b"\n" for i in range(2000)), mtime=0)[:3000],
-            {}),
-        "multi_member.jsonl.gz": (gzip.compress(_ok("member one") + b"\n", mtime=0)
-                                  + gzip.compress(_ok("member two") + b"\n", mtime=0)
-                                  + gzip.compress(_ok("member three"), mtime=0),
-                                  {1: KEPT, 2: KEPT, 3: KEPT}),
+        "invalid_utf8.jsonl": (
+            b"\n".join(
+                [
+                    _ok("fine before"),
+                    b'{"text": "a lone \xff byte"}',
+                    b'{"text": "overlong \xc0\xaf slash"}',
+                    b'{"text": "cut \xe2\x82 euro"}',
+                    b'{"text": "CESU surrogate \xed\xa0\x80"}',
+                    b'{"text": "latin-1 caf\xe9"}',
+                    _ok("fine after: caf\u00e9 \u20ac \U0001f600"),
+                ]
+            )
+            + b"\n",
+            {
+                1: KEPT,
+                2: "malformed:invalid_utf8",
+                3: "malformed:invalid_utf8",
+                4: "malformed:invalid_utf8",
+                5: "malformed:invalid_utf8",
+                6: "malformed:invalid_utf8",
+                7: KEPT,
+            },
+        ),
+        "surrogates.jsonl": (
+            b"\n".join(
+                [
+                    b'{"text": "lone high \\ud800 escape"}',
+                    b'{"text": "lone low \\udfff escape"}',
+                    b'{"id": "\\ud83d", "text": "surrogate in the id"}',
+                    b'{"text": "surrogate in a meta key", "\\udc00": 1}',
+                    b'{"text": "surrogate in meta", "url": "\\ud800"}',
+                    b'{"text": "a pair is fine \\ud83d\\ude00"}',
+                    b'{"text": "escaped backslash, not an escape: \\\\ud800"}',
+                ]
+            )
+            + b"\n",
+            {
+                1: "malformed:invalid_unicode",
+                2: "malformed:invalid_unicode",
+                3: "malformed:invalid_unicode",
+                4: "malformed:invalid_unicode",
+                5: "malformed:invalid_unicode",
+                6: KEPT,
+                7: KEPT,
+            },
+        ),
+        "control_chars.jsonl": (
+            b"\n".join(
+                [
+                    b'{"text": "raw NUL \x00 inside a string"}',
+                    b'{"text": "escaped NUL \\u0000 inside a string"}',
+                    b'\x00{"text": "NUL before the object"}',
+                    b'{"text": "escaped controls \\u0001\\u0007\\u001b[31m red"}',
+                    b'{"text": "raw tab \t inside a string"}',
+                    b'{"text": "raw ESC \x1b[0m inside a string"}',
+                    b'{"text": "raw DEL \x7f is allowed by JSON"}',
+                    b"\t \x0c",  # whitespace only: a blank line
+                ]
+            )
+            + b"\n",
+            {
+                1: "malformed:bad_json",
+                2: KEPT,
+                3: "malformed:bad_json",
+                4: KEPT,
+                5: "malformed:bad_json",
+                6: "malformed:bad_json",
+                7: KEPT,
+                8: None,
+            },
+        ),
+        "bom.jsonl": (
+            b"\xef\xbb\xbf"
+            + _ok("after a BOM")
+            + b"\n"
+            + _ok("second line")
+            + b"\n"
+            + b"\xef\xbb\xbf"
+            + _ok("a BOM in the middle")
+            + b"\n",
+            {1: "malformed:bad_json", 2: KEPT, 3: "malformed:bad_json"},
+        ),
+        "crlf.jsonl": (
+            _ok("dos one")
+            + b"\r\n"
+            + _ok("dos two")
+            + b"\r\n\r\n"
+            + _ok("text with \r\n inside")
+            + b"\r\n",
+            {1: KEPT, 2: KEPT, 3: None, 4: KEPT},
+        ),
+        "bare_cr.jsonl": (
+            _ok("mac one")
+            + b"\r"
+            + _ok("mac two")
+            + b"\r"
+            + _ok("mac three")
+            + b"\n"
+            + _ok("unix after")
+            + b"\n",
+            {1: "malformed:bad_json", 2: KEPT},
+        ),
+        "no_final_newline.jsonl": (
+            _ok("first") + b"\n" + _ok("last, no newline"),
+            {1: KEPT, 2: KEPT},
+        ),
+        "cut_mid_object.jsonl": (
+            _ok("complete") + b'\n{"id": "cut", "text": "the write st',
+            {1: KEPT, 2: "malformed:bad_json"},
+        ),
+        "truncated.jsonl.gz": (
+            gzip.compress(
+                b"".join(_ok(f"gz record {i} " + "x" * 50) + b"\n" for i in range(2000)), mtime=0
+            )[:3000],
+            {},
+        ),
+        "multi_member.jsonl.gz": (
+            gzip.compress(_ok("member one") + b"\n", mtime=0)
+            + gzip.compress(_ok("member two") + b"\n", mtime=0)
+            + gzip.compress(_ok("member three"), mtime=0),
+            {1: KEPT, 2: KEPT, 3: KEPT},
+        ),
         "empty.jsonl": (b"", {}),
         "empty.jsonl.gz": (b"", {}),
         "empty.jsonl.zst": (b"", {}),
         "binary.jsonl": (rng.randbytes(30_000), {}),
-        "deep.jsonl": (b"\n".join([
-            b"[" * 100_000,
-            b'{"text": "deep", "m": ' + b'{"a": ' * 100_000,
-            deep_ok,
-        ]) + b"\n", {1: "malformed:bad_json", 2: "malformed:bad_json", 3: KEPT}),
-        "text_types.jsonl": (b"\n".join([
-            b'{"text": 31415926}', b'{"text": 1.5}', b'{"text": null}', b'{"text": ["a"]}',
-            b'{"text": {"a": 1}}', b'{"text": true}', b'{"id": "no-text", "body": "x"}',
-            b'"just a string"', b"42", b"null", b"[1, 2]", b"true",
-            b'{"text": "ok", "score": NaN}', b'{"text": "ok", "score": -Infinity}',
-            b'{"text": "ok", "score": 1e400}',
-            b'{"id": 123456789012345678901234567890, "text": "a very large integer id"}',
-        ]) + b"\n", {**{i: "malformed:text_not_string" for i in range(1, 7)},
-                     7: "malformed:missing_text",
-                     **{i: "malformed:not_object" for i in range(8, 13)},
-                     13: "malformed:bad_json", 14: "malformed:bad_json",
-                     15: "malformed:bad_json", 16: KEPT}),
-        "duplicate_keys.jsonl": (b"\n".join([
-            b'{"text": "first value", "text": "second value"}',
-            b'{"id": "a", "id": "b", "text": "two ids"}',
-            b'{"text": "nested", "meta": {"k": 1, "k": 2}}',
-            b'{"text": "keys differ in case", "Text": "fine"}',
-        ]) + b"\n", {1: "malformed:duplicate_key", 2: "malformed:duplicate_key",
-                     3: "malformed:duplicate_key", 4: KEPT}),
+        "deep.jsonl": (
+            b"\n".join(
+                [
+                    b"[" * 100_000,
+                    b'{"text": "deep", "m": ' + b'{"a": ' * 100_000,
+                    deep_ok,
+                ]
+            )
+            + b"\n",
+            {1: "malformed:bad_json", 2: "malformed:bad_json", 3: KEPT},
+        ),
+        "text_types.jsonl": (
+            b"\n".join(
+                [
+                    b'{"text": 31415926}',
+                    b'{"text": 1.5}',
+                    b'{"text": null}',
+                    b'{"text": ["a"]}',
+                    b'{"text": {"a": 1}}',
+                    b'{"text": true}',
+                    b'{"id": "no-text", "body": "x"}',
+                    b'"just a string"',
+                    b"42",
+                    b"null",
+                    b"[1, 2]",
+                    b"true",
+                    b'{"text": "ok", "score": NaN}',
+                    b'{"text": "ok", "score": -Infinity}',
+                    b'{"text": "ok", "score": 1e400}',
+                    b'{"id": 123456789012345678901234567890, "text": "a very large integer id"}',
+                ]
+            )
+            + b"\n",
+            {
+                **{i: "malformed:text_not_string" for i in range(1, 7)},
+                7: "malformed:missing_text",
+                **{i: "malformed:not_object" for i in range(8, 13)},
+                13: "malformed:bad_json",
+                14: "malformed:bad_json",
+                15: "malformed:bad_json",
+                16: KEPT,
+            },
+        ),
+        "duplicate_keys.jsonl": (
+            b"\n".join(
+                [
+                    b'{"text": "first value", "text": "second value"}',
+                    b'{"id": "a", "id": "b", "text": "two ids"}',
+                    b'{"text": "nested", "meta": {"k": 1, "k": 2}}',
+                    b'{"text": "keys differ in case", "Text": "fine"}',
+                ]
+            )
+            + b"\n",
+            {
+                1: "malformed:duplicate_key",
+                2: "malformed:duplicate_key",
+                3: "malformed:duplicate_key",
+                4: KEPT,
+            },
+        ),
         "with spaces.jsonl": (_ok("a file name with spaces") + b"\n", {1: KEPT}),
         "\u00fcn\u00efc\u00f6d\u00e9 \u6587\u4ef6 \U0001f986.jsonl": (
-            _ok("a unicode file name") + b"\n", {1: KEPT}),
+            _ok("a unicode file name") + b"\n",
+            {1: KEPT},
+        ),
         "..dots..jsonl": (_ok("a name of dots") + b"\n", {1: KEPT}),
         "a..b.jsonl": (_ok("dots inside a name") + b"\n", {1: KEPT}),
     }
@@ -143,24 +250,36 @@ def _parquet_cases(folder: Path) -> dict[str, list[str]]:
     """Parquet files of the wrong shape: file name -> expected reason of each row."""
     pq.write_table(pa.table({"id": [1, 2], "body": ["no", "text"]}), folder / "no_text.parquet")
     pq.write_table(pa.table({"id": ["i1", "i2"], "text": [7, 8]}), folder / "text_int.parquet")
-    pq.write_table(pa.table({"text": pa.array([b"\xff\xfe", b"ok"], pa.binary())}),
-                   folder / "text_binary.parquet")
-    pq.write_table(pa.table({"text": pa.array([["a"], None], pa.list_(pa.string()))}),
-                   folder / "text_list.parquet")
-    pq.write_table(pa.table({
-        "id": ["x1", "x2"], "text": ["a row with odd columns", None],
-        "when": pa.array([0, 1], pa.timestamp("us")),
-        "tags": pa.array([["a", "b"], []], pa.list_(pa.string())),
-        "nested": pa.array([{"k": 1}, {"k": None}], pa.struct([("k", pa.int64())])),
-        "blob": pa.array([b"\x00\xff", None], pa.binary()),
-    }), folder / "extra_types.parquet")
+    pq.write_table(
+        pa.table({"text": pa.array([b"\xff\xfe", b"ok"], pa.binary())}),
+        folder / "text_binary.parquet",
+    )
+    pq.write_table(
+        pa.table({"text": pa.array([["a"], None], pa.list_(pa.string()))}),
+        folder / "text_list.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "id": ["x1", "x2"],
+                "text": ["a row with odd columns", None],
+                "when": pa.array([0, 1], pa.timestamp("us")),
+                "tags": pa.array([["a", "b"], []], pa.list_(pa.string())),
+                "nested": pa.array([{"k": 1}, {"k": None}], pa.struct([("k", pa.int64())])),
+                "blob": pa.array([b"\x00\xff", None], pa.binary()),
+            }
+        ),
+        folder / "extra_types.parquet",
+    )
     (folder / "garbage.parquet").write_bytes(b"PAR1 this is not a parquet file")
     (folder / "empty.parquet").write_bytes(b"")
-    return {"no_text.parquet": ["malformed:missing_text"] * 2,
-            "text_int.parquet": ["malformed:text_not_string"] * 2,
-            "text_binary.parquet": ["malformed:text_not_string"] * 2,
-            "text_list.parquet": ["malformed:text_not_string"] * 2,
-            "extra_types.parquet": [KEPT, "malformed:text_not_string"]}
+    return {
+        "no_text.parquet": ["malformed:missing_text"] * 2,
+        "text_int.parquet": ["malformed:text_not_string"] * 2,
+        "text_binary.parquet": ["malformed:text_not_string"] * 2,
+        "text_list.parquet": ["malformed:text_not_string"] * 2,
+        "extra_types.parquet": [KEPT, "malformed:text_not_string"],
+    }
 
 
 # file (relative to the input folder) -> what its error line must say
@@ -205,18 +324,28 @@ def _wrap_shared(out: Path) -> None:
         name = path.stem.encode()
         verbatim.append(data)
         as_text.append(b'{"id": "' + name + b'", "text": ' + data + b"}")
-        as_value.append(b'{"id": "value:' + name + b'", "text": "jsontestsuite ' + name
-                        + b'", "value": ' + data + b"}")
-    for wrapping, lines in (("verbatim", verbatim), ("as_text", as_text),
-                            ("as_value", as_value)):
+        as_value.append(
+            b'{"id": "value:'
+            + name
+            + b'", "text": "jsontestsuite '
+            + name
+            + b'", "value": '
+            + data
+            + b"}"
+        )
+    for wrapping, lines in (("verbatim", verbatim), ("as_text", as_text), ("as_value", as_value)):
         (out / f"jts_{wrapping}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     strings = json.loads((SHARED / "blns" / "blns.json").read_bytes())
-    (out / "blns_json.jsonl").write_bytes(b"".join(
-        json.dumps({"id": f"blns-{i}", "text": s}, ensure_ascii=False).encode() + b"\n"
-        for i, s in enumerate(strings)))
+    (out / "blns_json.jsonl").write_bytes(
+        b"".join(
+            json.dumps({"id": f"blns-{i}", "text": s}, ensure_ascii=False).encode() + b"\n"
+            for i, s in enumerate(strings)
+        )
+    )
     raw_lines = (SHARED / "blns" / "blns.txt").read_bytes().split(b"\n")
-    (out / "blns_raw_in_text.jsonl").write_bytes(b"".join(
-        b'{"text": "' + line.rstrip(b"\r") + b'"}\n' for line in raw_lines))
+    (out / "blns_raw_in_text.jsonl").write_bytes(
+        b"".join(b'{"text": "' + line.rstrip(b"\r") + b'"}\n' for line in raw_lines)
+    )
     (out / "blns_lines_verbatim.jsonl").write_bytes(b"\n".join(raw_lines))
     decoded = []
     for line in (SHARED / "blns" / "blns.base64.txt").read_bytes().split(b"\n"):
@@ -225,18 +354,41 @@ def _wrap_shared(out: Path) -> None:
                 decoded.append(base64.b64decode(line.strip(), validate=True))
             except ValueError:
                 continue
-    (out / "blns_base64_in_text.jsonl").write_bytes(b"".join(
-        b'{"text": "' + d.replace(b"\n", b"\\n").replace(b"\r", b"\\r") + b'"}\n'
-        for d in decoded))
+    (out / "blns_base64_in_text.jsonl").write_bytes(
+        b"".join(
+            b'{"text": "' + d.replace(b"\n", b"\\n").replace(b"\r", b"\\r") + b'"}\n'
+            for d in decoded
+        )
+    )
 
 
 def _run(folder: Path, lake: Path, config: str) -> subprocess.CompletedProcess[str]:
     cfg = folder.parent / f"{lake.name}.toml"
     cfg.write_text(config, encoding="utf-8")
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(folder), str(folder / "gen" / "sub"
-           / ".." / "sub"), "--lake", str(lake), "--config", str(cfg), "--workers", "2"]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
-                          env=cli_env(), start_new_session=True, timeout=600)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(folder),
+        str(folder / "gen" / "sub" / ".." / "sub"),
+        "--lake",
+        str(lake),
+        "--config",
+        str(cfg),
+        "--workers",
+        "2",
+    ]
+    return subprocess.run(
+        cmd,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env(),
+        start_new_session=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +403,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]:
 
 def _reader_lines(data: bytes) -> list[bytes]:
     """How a JSONL reader must see ``data``: split on LF, a trailing CR removed, no empty last
-    part. Written independently of lakecurate.io."""
+    part. Written independently of lakecurate.ingest.reader."""
     parts = data.split(b"\n")
     if parts and parts[-1] == b"":
         parts.pop()
@@ -270,8 +422,14 @@ def _decompressed(path: str, fmt: str, start: int | None, end: int | None) -> by
 
 
 def _rows(lake: Path) -> list[dict[str, Any]]:
-    return Lake.open(lake).sql("SELECT chunk_key, source_path, source_line, id, kept, reason, "
-                               "error, raw, text, meta FROM documents ORDER BY ALL").dicts()
+    return (
+        Lake.open(lake)
+        .sql(
+            "SELECT chunk_key, source_path, source_line, id, kept, reason, "
+            "error, raw, text, meta FROM documents ORDER BY ALL"
+        )
+        .dicts()
+    )
 
 
 def _chunks(lake: Path) -> list[dict[str, Any]]:
@@ -297,7 +455,8 @@ def check_accounting(lake: Path) -> dict[str, list[dict[str, Any]]]:
         assert c["rows_in"] == len(mine), key
         assert c["rows_kept"] == sum(r["kept"] for r in mine), key
         assert c["rows_malformed"] == sum(
-            (r["reason"] or "").startswith("malformed:") for r in mine), key
+            (r["reason"] or "").startswith("malformed:") for r in mine
+        ), key
         for r in mine:
             assert r["kept"] == (r["reason"] is None), r
             if (r["reason"] or "").startswith("malformed:"):
@@ -307,13 +466,17 @@ def check_accounting(lake: Path) -> dict[str, list[dict[str, Any]]]:
                 assert r["raw"] is None and r["text"] is not None, r
         if c["format"] == "parquet":
             pf = pq.ParquetFile(c["source_path"])
-            n = sum(pf.metadata.row_group(i).num_rows
-                    for i in range(c["row_group_start"], c["row_group_end"]))
+            n = sum(
+                pf.metadata.row_group(i).num_rows
+                for i in range(c["row_group_start"], c["row_group_end"])
+            )
             assert [r["source_line"] for r in mine] == list(
-                range(c["first_line"], c["first_line"] + n)), key
+                range(c["first_line"], c["first_line"] + n)
+            ), key
         else:
-            lines = _reader_lines(_decompressed(c["source_path"], c["format"], c["byte_start"],
-                                                c["byte_end"]))
+            lines = _reader_lines(
+                _decompressed(c["source_path"], c["format"], c["byte_start"], c["byte_end"])
+            )
             numbered = {c["first_line"] + i: raw for i, raw in enumerate(lines)}
             records = {n: raw for n, raw in numbered.items() if raw.strip()}
             blanks = len(numbered) - len(records)
@@ -334,8 +497,11 @@ def test_the_run_finishes_and_names_every_unreadable_file(hostile: tuple[Path, P
     assert done.returncode == 2, out  # file errors and a DEAD chunk, named; the rest ingested
     errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
     for name, why in FILE_ERRORS.items():
-        shown = str(folder / "gen" / name).encode("utf-8", "surrogateescape").decode(
-            "utf-8", "backslashreplace")
+        shown = (
+            str(folder / "gen" / name)
+            .encode("utf-8", "surrogateescape")
+            .decode("utf-8", "backslashreplace")
+        )
         assert any(shown in e and why in e for e in errors), (name, errors)
     if (folder / "gen" / "kernel_refuses.jsonl").exists():
         assert any("kernel_refuses.jsonl" in e and "cannot read" in e for e in errors), errors
@@ -399,8 +565,12 @@ def test_what_is_kept_is_exactly_what_was_written(hostile: tuple[Path, Path, Any
 
 
 def test_reject_errors_are_readable(hostile: tuple[Path, Path, Any]) -> None:
-    errors = {r["error"] for rows in check_accounting_cached(hostile[1]).values()
-              for r in rows if r["error"]}
+    errors = {
+        r["error"]
+        for rows in check_accounting_cached(hostile[1]).values()
+        for r in rows
+        if r["error"]
+    }
     assert not [e for e in errors if "at at" in e or "NoneType" in e]
     assert "'text' is null, not a string" in errors
     assert "a JSON array, not an object" in errors
@@ -424,8 +594,7 @@ def test_jsontestsuite_files_parse_as_the_suite_says(hostile: tuple[Path, Path, 
     by_file = check_accounting_cached(hostile[1])
     wrappings = ("jts_verbatim.jsonl", "jts_as_text.jsonl", "jts_as_value.jsonl")
     rows = {w: {r["source_line"]: r for r in by_file[w]} for w in wrappings}
-    parse_failures = ("malformed:bad_json", "malformed:invalid_utf8",
-                      "malformed:invalid_unicode")
+    parse_failures = ("malformed:bad_json", "malformed:invalid_utf8", "malformed:invalid_unicode")
     line, checked = 0, 0
     for path in sorted((SHARED / "jsontestsuite").glob("*.json")):
         raw = path.read_bytes().rstrip(b"\r\n")
@@ -469,8 +638,11 @@ def test_naughty_strings_round_trip(hostile: tuple[Path, Path, Any]) -> None:
         else:
             assert r["reason"] in ("filter:empty", "exact_dup"), (i, s, r["reason"])
             assert (norm == "") == (r["reason"] == "filter:empty"), (i, s)
-    for name in ("blns_raw_in_text.jsonl", "blns_lines_verbatim.jsonl",
-                 "blns_base64_in_text.jsonl"):
+    for name in (
+        "blns_raw_in_text.jsonl",
+        "blns_lines_verbatim.jsonl",
+        "blns_base64_in_text.jsonl",
+    ):
         assert by_file[name], name  # accounted line by line in check_accounting
 
 
@@ -489,12 +661,13 @@ def test_an_explicit_symlink_loop_is_one_clear_error(tmp_path: Path, run_cli) ->
     os.symlink(loop.name, loop)
     done = run_cli("ingest", loop, "--lake", tmp_path / "lake")
     assert done.returncode == 1
-    assert done.stderr.startswith(f"error: {loop}: not a readable file") and \
-        "Traceback" not in done.stderr
+    assert (
+        done.stderr.startswith(f"error: {loop}: not a readable file")
+        and "Traceback" not in done.stderr
+    )
 
 
-def test_an_unreadable_file_is_a_file_error(tmp_path: Path, config_file: Path,
-                                            run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_file_is_a_file_error(tmp_path: Path, config_file: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     data = tmp_path / "in"
     data.mkdir()
     (data / "fine.jsonl").write_bytes(_ok("readable") + b"\n")
@@ -503,8 +676,10 @@ def test_an_unreadable_file_is_a_file_error(tmp_path: Path, config_file: Path,
     locked.chmod(0)
     try:
         if os.access(locked, os.R_OK):
-            pytest.skip("running as root: chmod 000 does not stop reading (the EIO case of "
-                        "test_the_run_finishes_and_names_every_unreadable_file covers it)")
+            pytest.skip(
+                "running as root: chmod 000 does not stop reading (the EIO case of "
+                "test_the_run_finishes_and_names_every_unreadable_file covers it)"
+            )
         done = run_cli("ingest", data, "--lake", tmp_path / "lake", "--config", config_file)
     finally:
         locked.chmod(0o644)
@@ -557,10 +732,27 @@ def test_a_200_mb_line_is_ingested_with_bounded_memory(tmp_path: Path) -> None:
         f.write(b'"}\n' + _ok("a small document after") + b"\n")
     cfg = tmp_path / "lakecurate.toml"
     cfg.write_text('[ingest]\nchunk_size = "64KiB"\n', encoding="utf-8")
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(path), "--lake",
-           str(tmp_path / "lake"), "--config", str(cfg), "--workers", "2"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(path),
+        "--lake",
+        str(tmp_path / "lake"),
+        "--config",
+        str(cfg),
+        "--workers",
+        "2",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     peak_total, peak_each = 0, 0
     while proc.poll() is None:
         sizes = _session_rss(proc.pid)
@@ -570,14 +762,22 @@ def test_a_200_mb_line_is_ingested_with_bounded_memory(tmp_path: Path) -> None:
     out, err = proc.communicate()
     assert proc.returncode == 0, out + err
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print(f"peak RSS: whole run {peak_total / 2**20:.0f} MiB, largest process "
-          f"{peak_each / 2**20:.0f} MiB (ru_maxrss of children {children / 2**20:.0f} MiB)")
+    print(
+        f"peak RSS: whole run {peak_total / 2**20:.0f} MiB, largest process "
+        f"{peak_each / 2**20:.0f} MiB (ru_maxrss of children {children / 2**20:.0f} MiB)"
+    )
     assert peak_each <= MAX_PROCESS_RSS
     assert peak_total <= MAX_TOTAL_RSS
-    rows = Lake.open(tmp_path / "lake").sql(
-        "SELECT id, kept, length(text) FROM documents ORDER BY source_line").rows
-    assert [(r[0], r[1]) for r in rows] == [(f"{path}:1", True), ("huge", True),
-                                           (f"{path}:3", True)]
+    rows = (
+        Lake.open(tmp_path / "lake")
+        .sql("SELECT id, kept, length(text) FROM documents ORDER BY source_line")
+        .rows
+    )
+    assert [(r[0], r[1]) for r in rows] == [
+        (f"{path}:1", True),
+        ("huge", True),
+        (f"{path}:3", True),
+    ]
     assert rows[1][2] >= LINE_MB * 2**20
 
 
@@ -593,8 +793,7 @@ print("largest process", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss 
 
 
 @pytest.mark.parametrize("fmt", ["gz", "zst"])
-def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path,
-                                                                  fmt: str) -> None:
+def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path, fmt: str) -> None:
     """2 GiB of 1 KB lines in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB;
     past ``max_compressed_chunk_bytes`` the chunk is DEAD on its first attempt, and no process
     of the run grows with the decompressed size."""
@@ -609,13 +808,31 @@ def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path,
     fine = tmp_path / "fine.jsonl"
     fine.write_bytes(_ok("a small neighbour") + b"\n")
     cfg = tmp_path / "lakecurate.toml"
-    cfg.write_text('[ingest]\nmax_attempts = 3\nretry_backoff = 0.05\n'
-                   'max_compressed_chunk_bytes = "32MiB"\n', encoding="utf-8")
+    cfg.write_text(
+        '[ingest]\nmax_attempts = 3\nretry_backoff = 0.05\nmax_compressed_chunk_bytes = "32MiB"\n',
+        encoding="utf-8",
+    )
     lake = tmp_path / "lake"
-    cmd = [sys.executable, "-c", _PEAK_RSS, sys.executable, "-m", "lakecurate", "ingest",
-           str(bomb), str(fine), "--lake", str(lake), "--config", str(cfg), "--workers", "2"]
-    done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
-                          env=cli_env(), timeout=600)
+    cmd = [
+        sys.executable,
+        "-c",
+        _PEAK_RSS,
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(bomb),
+        str(fine),
+        "--lake",
+        str(lake),
+        "--config",
+        str(cfg),
+        "--workers",
+        "2",
+    ]
+    done = subprocess.run(
+        cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600
+    )
     code, out = done.stdout.split("\n", 1)
     peak = int(out.rsplit("largest process ", 1)[1])
     assert code == "2", out + done.stderr  # a DEAD chunk, named; the rest ingested

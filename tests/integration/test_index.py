@@ -13,8 +13,8 @@ import pytest
 from helpers import lake_rows
 
 from lakecurate import Lake
-from lakecurate.index import MembershipIndex
-from lakecurate.state import StateStore
+from lakecurate.store.index import MembershipIndex
+from lakecurate.store.state import StateStore
 
 
 def _hex(i: int) -> str:
@@ -25,9 +25,13 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
     state = StateStore.open(tmp_path / "state.duckdb")
     index = MembershipIndex(state.con)
     index.open_tier1(tmp_path / "index")  # empty lake: empty filters, no warning
-    known = pa.table({"content_hash": [_hex(i) for i in range(20_000)],
-                      "id": [f"d{i}" for i in range(20_000)],
-                      "chunk_key": ["c"] * 20_000})
+    known = pa.table(
+        {
+            "content_hash": [_hex(i) for i in range(20_000)],
+            "id": [f"d{i}" for i in range(20_000)],
+            "chunk_key": ["c"] * 20_000,
+        }
+    )
     with state.transaction():
         index.add(known, known.select(["id", "chunk_key"]), seq=1)
     # 20,000 keys never added: tier 1 answers almost all of them alone
@@ -60,7 +64,8 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "delete"])
 def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
-        damage: str, corpus: Path, config_file: Path, tmp_path: Path) -> None:
+    damage: str, corpus: Path, config_file: Path, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     shutil.copytree(corpus, data)
     lake_dir = tmp_path / "lake"
@@ -100,8 +105,10 @@ def test_keys_computed_in_numpy_equal_the_sql_definition() -> None:
     con = engine.connect()
     ids = ["hello", "d5", "é", "", "x" * 500]
     hexes = ["5d41402abc4b2a76b9719d911017c592", "0" * 32, "f" * 32]
-    for statement, column, values in (("index.id_keys", "id", ids),
-                                      ("index.content_keys", "content_hash", hexes)):
+    for statement, column, values in (
+        ("index.id_keys", "id", ids),
+        ("index.content_keys", "content_hash", hexes),
+    ):
         con.register("candidates", pa.table({column: values}))
         sql = con.sql(engine.q(statement)).fetchall()
         mine = MembershipIndex._keys(statement, column, pa.array(values))
@@ -120,26 +127,37 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
     with state.transaction():
         index.add(kept, given, seq=3)
     con = state.con
-    assert con.execute("SELECT count(*) FROM content_hashes h JOIN (SELECT unnest($h) AS x, "
-                       "unnest($i) AS i) v ON h.hash = ('0x' || v.x)::UHUGEINT AND h.doc_id = v.i "
-                       "WHERE h.chunk_key = 'c1' AND h.seq = 3",
-                       {"h": hexes, "i": ids}).fetchall() == [(4,)]
+    assert con.execute(
+        "SELECT count(*) FROM content_hashes h JOIN (SELECT unnest($h) AS x, "
+        "unnest($i) AS i) v ON h.hash = ('0x' || v.x)::UHUGEINT AND h.doc_id = v.i "
+        "WHERE h.chunk_key = 'c1' AND h.seq = 3",
+        {"h": hexes, "i": ids},
+    ).fetchall() == [(4,)]
     assert con.execute("SELECT count(*), count(DISTINCT hash) FROM doc_ids").fetchall() == [(4, 4)]
-    assert con.execute("SELECT count(*) FROM doc_ids h JOIN (SELECT unnest($i) AS i) v "
-                       "ON h.hash = md5_number(v.i) WHERE h.chunk_key = 'c1' AND h.seq = 3",
-                       {"i": ids}).fetchall() == [(4,)]
+    assert con.execute(
+        "SELECT count(*) FROM doc_ids h JOIN (SELECT unnest($i) AS i) v "
+        "ON h.hash = md5_number(v.i) WHERE h.chunk_key = 'c1' AND h.seq = 3",
+        {"i": ids},
+    ).fetchall() == [(4,)]
     assert sorted(index.ids_seen(pa.array(ids))["id"].to_pylist()) == sorted(ids)
     assert index.content_seen(pa.array([hexes[3]])).to_pylist() == [
-        {"content_hash": hexes[3], "doc_id": ids[3]}]
+        {"content_hash": hexes[3], "doc_id": ids[3]}
+    ]
     # a rolled-back chunk leaves no tier-2 rows behind, and the next write still works
     with pytest.raises(RuntimeError), state.transaction():
-        index.add(pa.table({"content_hash": ["1" * 32], "id": ["r"], "chunk_key": ["c2"]}),
-                  pa.table({"id": ["r"], "chunk_key": ["c2"]}), seq=4)
+        index.add(
+            pa.table({"content_hash": ["1" * 32], "id": ["r"], "chunk_key": ["c2"]}),
+            pa.table({"id": ["r"], "chunk_key": ["c2"]}),
+            seq=4,
+        )
         raise RuntimeError("crash before SUCCESS")
     assert con.execute("SELECT count(*) FROM content_hashes WHERE seq = 4").fetchall() == [(0,)]
     with state.transaction():
-        index.add(pa.table({"content_hash": ["2" * 32], "id": ["s"], "chunk_key": ["c3"]}),
-                  pa.table({"id": ["s"], "chunk_key": ["c3"]}), seq=5)
+        index.add(
+            pa.table({"content_hash": ["2" * 32], "id": ["s"], "chunk_key": ["c3"]}),
+            pa.table({"id": ["s"], "chunk_key": ["c3"]}),
+            seq=5,
+        )
     assert con.execute("SELECT count(*) FROM content_hashes").fetchall() == [(5,)]
     assert con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
     state.close()

@@ -52,21 +52,28 @@ def test_clean_ingest_accounts_for_every_record(reference: Path, corpus: Path) -
     for path in corpus.glob("*.jsonl"):
         lines += sum(1 for line in path.read_bytes().split(b"\n") if line.strip())
     for path in corpus.glob("*.jsonl.gz"):
-        lines += sum(1 for line in gzip.decompress(path.read_bytes()).split(b"\n")
-                     if line.strip())
-    (n_jsonl,) = lake.sql("SELECT count(*) FROM documents WHERE source_path LIKE '%.jsonl' "
-                          "OR source_path LIKE '%.jsonl.gz'").rows[0]
+        lines += sum(1 for line in gzip.decompress(path.read_bytes()).split(b"\n") if line.strip())
+    (n_jsonl,) = lake.sql(
+        "SELECT count(*) FROM documents WHERE source_path LIKE '%.jsonl' "
+        "OR source_path LIKE '%.jsonl.gz'"
+    ).rows[0]
     assert n_jsonl == lines
 
 
-def test_every_bad_record_kind_is_a_reject_with_its_raw_bytes(reference: Path,
-                                                             corpus: Path) -> None:
+def test_every_bad_record_kind_is_a_reject_with_its_raw_bytes(
+    reference: Path, corpus: Path
+) -> None:
     lake = Lake.open(reference)
-    rows = lake.sql("SELECT reason, raw, source_path, source_line FROM rejects "
-                    "WHERE reason LIKE 'malformed:%'").rows
+    rows = lake.sql(
+        "SELECT reason, raw, source_path, source_line FROM rejects WHERE reason LIKE 'malformed:%'"
+    ).rows
     reasons = {r[0] for r in rows}
-    assert {"malformed:bad_json", "malformed:invalid_utf8", "malformed:missing_text",
-            "malformed:text_not_string"} <= reasons
+    assert {
+        "malformed:bad_json",
+        "malformed:invalid_utf8",
+        "malformed:missing_text",
+        "malformed:text_not_string",
+    } <= reasons
     web_a = (corpus / "web_a.jsonl").read_bytes().split(b"\n")
     for _reason, raw, source_path, line in rows:
         assert raw
@@ -74,14 +81,17 @@ def test_every_bad_record_kind_is_a_reject_with_its_raw_bytes(reference: Path,
             assert web_a[line - 1].rstrip(b"\r") == raw
     empties = lake.sql("SELECT count(*) FROM rejects WHERE reason = 'filter:empty'").rows[0][0]
     assert empties > 0
-    dups = lake.sql("SELECT count(*) FROM rejects r JOIN docs d ON r.dup_of = d.id "
-                    "AND r.content_hash = d.content_hash WHERE r.reason = 'exact_dup'").rows[0][0]
+    dups = lake.sql(
+        "SELECT count(*) FROM rejects r JOIN docs d ON r.dup_of = d.id "
+        "AND r.content_hash = d.content_hash WHERE r.reason = 'exact_dup'"
+    ).rows[0][0]
     total_dups = lake.sql("SELECT count(*) FROM rejects WHERE reason = 'exact_dup'").rows[0][0]
     assert total_dups > 0 and dups == total_dups  # every duplicate points at the kept original
 
 
-def test_rerun_on_unchanged_input_does_nothing(reference: Path, corpus: Path,
-                                               tmp_path: Path) -> None:
+def test_rerun_on_unchanged_input_does_nothing(
+    reference: Path, corpus: Path, tmp_path: Path
+) -> None:
     lake_dir = tmp_path / "lake"
     shutil.copytree(reference, lake_dir)
     before = delta_versions(lake_dir)
@@ -95,25 +105,32 @@ def test_rerun_on_unchanged_input_does_nothing(reference: Path, corpus: Path,
     assert verified.chunks_todo == 0 and delta_versions(lake_dir) == before
 
 
-def test_one_worker_gives_the_same_lake_as_two(reference: Path, corpus: Path, config_file: Path,
-                                               tmp_path: Path) -> None:
+def test_one_worker_gives_the_same_lake_as_two(
+    reference: Path, corpus: Path, config_file: Path, tmp_path: Path
+) -> None:
     lake_dir = tmp_path / "lake"
     assert Lake.open(lake_dir).ingest([corpus], config=config_file, workers=1).ok
     assert lake_rows(lake_dir) == lake_rows(reference)
 
 
-def test_changed_input_reprocesses_only_its_chunks(corpus: Path, config_file: Path,
-                                                   tmp_path: Path) -> None:
+def test_changed_input_reprocesses_only_its_chunks(
+    corpus: Path, config_file: Path, tmp_path: Path
+) -> None:
     data = tmp_path / "data"
     shutil.copytree(corpus, data)
     lake_dir = tmp_path / "lake"
     lake = Lake.open(lake_dir)
     assert lake.ingest([data], config=config_file).ok
-    old_keys = {r[0] for r in lake.sql("SELECT chunk_key FROM chunks WHERE source_path LIKE "
-                                       "'%web_b.jsonl.gz'").rows}
+    old_keys = {
+        r[0]
+        for r in lake.sql(
+            "SELECT chunk_key FROM chunks WHERE source_path LIKE '%web_b.jsonl.gz'"
+        ).rows
+    }
     (total_before,) = lake.sql("SELECT count(*) FROM documents").rows[0]
-    (old_rows,) = lake.sql("SELECT count(*) FROM documents WHERE source_path LIKE "
-                           "'%web_b.jsonl.gz'").rows[0]
+    (old_rows,) = lake.sql(
+        "SELECT count(*) FROM documents WHERE source_path LIKE '%web_b.jsonl.gz'"
+    ).rows[0]
     # rewrite web_b: drop its first record, add a brand-new one
     lines = gzip.decompress((data / "web_b.jsonl.gz").read_bytes()).split(b"\n")
     lines = [line for line in lines[1:] if line]
@@ -126,8 +143,10 @@ def test_changed_input_reprocesses_only_its_chunks(corpus: Path, config_file: Pa
     assert report.chunks_todo == 1  # only web_b's chunk
     assert report.files_read == 1  # the other files came from the stat cache
     assert report.rows_superseded == old_rows
-    stale = lake.sql("SELECT count(*) FROM documents WHERE chunk_key IN "
-                     "(SELECT unnest($keys::VARCHAR[]))", params={"keys": sorted(old_keys)})
+    stale = lake.sql(
+        "SELECT count(*) FROM documents WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]))",
+        params={"keys": sorted(old_keys)},
+    )
     assert stale.rows[0][0] == 0
     (total_after,) = lake.sql("SELECT count(*) FROM documents").rows[0]
     assert total_after == total_before - old_rows + len(lines)
@@ -139,7 +158,8 @@ def test_changed_input_reprocesses_only_its_chunks(corpus: Path, config_file: Pa
 
 
 def test_failing_chunk_goes_dead_others_succeed_and_retry_requeues(
-        corpus: Path, config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus: Path, config_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lake_dir = tmp_path / "lake"
     lake = Lake.open(lake_dir)
     monkeypatch.setenv("LAKECURATE_FAULT", "worker:raise:web_a_00001")
@@ -148,30 +168,43 @@ def test_failing_chunk_goes_dead_others_succeed_and_retry_requeues(
     assert [k for k, _ in report.dead] and all("web_a_00001" in k for k, _ in report.dead)
     (key, status, attempts, error, tb) = lake.sql(
         "SELECT chunk_key, status, attempts, last_error, traceback FROM chunks "
-        "WHERE chunk_key LIKE 'web_a_00001%'").rows[0]
+        "WHERE chunk_key LIKE 'web_a_00001%'"
+    ).rows[0]
     assert status == "DEAD" and attempts == 3
     assert "InjectedFaultError" in error and "Traceback" in tb and "faults.py" in tb
-    others = lake.sql("SELECT DISTINCT status FROM chunks WHERE chunk_key <> $k",
-                      params={"k": key}).rows
+    others = lake.sql(
+        "SELECT DISTINCT status FROM chunks WHERE chunk_key <> $k", params={"k": key}
+    ).rows
     assert others == [("SUCCESS",)]
-    events = lake.sql("SELECT to_status FROM chunk_events WHERE chunk_key = $k ORDER BY event_id",
-                      params={"k": key}).rows
+    events = lake.sql(
+        "SELECT to_status FROM chunk_events WHERE chunk_key = $k ORDER BY event_id",
+        params={"k": key},
+    ).rows
     assert [e[0] for e in events] == ["RUNNING", "FAILED", "RUNNING", "FAILED", "RUNNING", "DEAD"]
 
     monkeypatch.delenv("LAKECURATE_FAULT")
     assert lake.retry() == [key]
-    assert lake.sql("SELECT status FROM chunks WHERE chunk_key = $k",
-                    params={"k": key}).rows == [("PENDING",)]
+    assert lake.sql("SELECT status FROM chunks WHERE chunk_key = $k", params={"k": key}).rows == [
+        ("PENDING",)
+    ]
     again = lake.ingest([corpus])
     assert again.ok and again.chunks_committed == 1
     assert lake.sql("SELECT DISTINCT status FROM chunks").rows == [("SUCCESS",)]
 
 
-def test_dead_chunk_makes_the_cli_exit_nonzero_and_name_it(corpus: Path, config_file: Path,
-                                                           tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+def test_dead_chunk_makes_the_cli_exit_nonzero_and_name_it(
+    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     lake_dir = tmp_path / "lake"
-    proc = run_cli("ingest", corpus, "--lake", lake_dir, "--config", config_file,
-                   env={"LAKECURATE_FAULT": "worker:raise:forum"})
+    proc = run_cli(
+        "ingest",
+        corpus,
+        "--lake",
+        lake_dir,
+        "--config",
+        config_file,
+        env={"LAKECURATE_FAULT": "worker:raise:forum"},
+    )
     assert proc.returncode == 2, proc.stderr
     assert "DEAD: forum_00000_" in proc.stdout and "lakecurate retry" in proc.stdout
     proc = run_cli("retry", "--lake", lake_dir)
@@ -180,9 +213,11 @@ def test_dead_chunk_makes_the_cli_exit_nonzero_and_name_it(corpus: Path, config_
     assert proc.returncode == 0, proc.stderr
 
 
-def test_overlapping_snapshot_ids_are_skipped_and_counted(tmp_path: Path,
-                                                          config_file: Path) -> None:
+def test_overlapping_snapshot_ids_are_skipped_and_counted(
+    tmp_path: Path, config_file: Path
+) -> None:
     """The same document id arriving again (an overlapping crawl) is skipped, whatever its text."""
+
     def write(path: Path, docs: list[tuple[str, str]]) -> None:
         path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
 
@@ -190,23 +225,39 @@ def test_overlapping_snapshot_ids_are_skipped_and_counted(tmp_path: Path,
     first.mkdir()
     second.mkdir()
     write(first / "snap1.jsonl", [("a", "alpha text"), ("b", "beta text"), ("c", "gamma text")])
-    write(second / "snap2.jsonl", [("b", "beta text"), ("c", "gamma, revised"),
-                                   ("d", "delta text"), ("d", "delta again"),
-                                   ("e", "alpha text")])
+    write(
+        second / "snap2.jsonl",
+        [
+            ("b", "beta text"),
+            ("c", "gamma, revised"),
+            ("d", "delta text"),
+            ("d", "delta again"),
+            ("e", "alpha text"),
+        ],
+    )
     lake = Lake.open(tmp_path / "lake")
     assert lake.ingest([first], config=config_file).ok
     assert lake.ingest([second]).ok
-    rows = dict(((i, line), (k, r, d)) for i, line, k, r, d in lake.sql(
-        "SELECT id, source_line, kept, reason, dup_of FROM documents "
-        "WHERE source_path LIKE '%snap2.jsonl'").rows)
+    rows = dict(
+        ((i, line), (k, r, d))
+        for i, line, k, r, d in lake.sql(
+            "SELECT id, source_line, kept, reason, dup_of FROM documents "
+            "WHERE source_path LIKE '%snap2.jsonl'"
+        ).rows
+    )
     assert rows[("b", 1)] == (False, "duplicate_id", "b")
     assert rows[("c", 2)] == (False, "duplicate_id", "c")
     assert rows[("d", 3)] == (True, None, None)
     assert rows[("d", 4)] == (False, "duplicate_id", "d")  # a repeat inside the chunk too
-    assert rows[("e", 5)] == (False, "exact_dup", "a")     # new id, known content
-    funnel = dict((s, (i, d)) for s, i, d in lake.sql(
-        "SELECT step, docs_in, docs_dropped FROM filter_stats f JOIN chunks c USING (chunk_key) "
-        "WHERE c.source_path LIKE '%snap2.jsonl'").rows)
+    assert rows[("e", 5)] == (False, "exact_dup", "a")  # new id, known content
+    funnel = dict(
+        (s, (i, d))
+        for s, i, d in lake.sql(
+            "SELECT step, docs_in, docs_dropped "
+            "FROM filter_stats f JOIN chunks c USING (chunk_key) "
+            "WHERE c.source_path LIKE '%snap2.jsonl'"
+        ).rows
+    )
     assert funnel["duplicate_id"] == (5, 3)
     assert funnel["exact_dup"] == (2, 1)
     (n_ids,) = lake.sql("SELECT count(*) FROM doc_ids").rows[0]

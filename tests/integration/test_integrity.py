@@ -60,18 +60,21 @@ def problems(done: subprocess.CompletedProcess[str]) -> list[str]:
 
 # -- D7: busy is not corrupt ------------------------------------------------------------------
 
-HOLD = ("import sys, time, duckdb\n"
-        "con = duckdb.connect(sys.argv[1], read_only=True)\n"
-        "print('holding', flush=True)\n"
-        "time.sleep(120)\n")
+HOLD = (
+    "import sys, time, duckdb\n"
+    "con = duckdb.connect(sys.argv[1], read_only=True)\n"
+    "print('holding', flush=True)\n"
+    "time.sleep(120)\n"
+)
 
 
 def test_state_held_by_a_reader_is_busy_and_left_alone(lake: Path, run_cli: Run) -> None:
     state = lake / "state.duckdb"
     before = state.read_bytes()
     runs = Lake.open(lake).sql("SELECT count(*) FROM runs").rows
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(state)], stdout=subprocess.PIPE,
-                              text=True, env=cli_env())
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(state)], stdout=subprocess.PIPE, text=True, env=cli_env()
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         done = run_cli("verify", "--repair", "--lake", lake)
@@ -88,16 +91,37 @@ def test_state_held_by_a_reader_is_busy_and_left_alone(lake: Path, run_cli: Run)
 
 
 def test_repair_during_an_ingest_whose_lock_file_was_deleted(
-        corpus: Path, small_cfg: Path, small_reference: list,  # type: ignore[type-arg]
-        tmp_path: Path, run_cli: Run) -> None:
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    run_cli: Run,
+) -> None:
     """The lake lock cannot stop verify here (its file is gone), DuckDB's own lock does: the
     state is busy, verify moves nothing, and the ingest finishes as if nothing happened."""
     lake = tmp_path / "lake"
     slow = {"LAKECURATE_FAULT": "worker:sleep,after_delta_commit:sleep"}
     ingest = subprocess.Popen(
-        [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-         "--config", str(small_cfg), "--workers", "2"], cwd=ROOT, env=cli_env(slow),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "lakecurate",
+            "ingest",
+            str(corpus),
+            "--lake",
+            str(lake),
+            "--config",
+            str(small_cfg),
+            "--workers",
+            "2",
+        ],
+        cwd=ROOT,
+        env=cli_env(slow),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (lake / LOG).is_dir():  # a first commit: the state is open for writing
@@ -162,7 +186,8 @@ def _change_a_text(path: Path) -> None:
 
 
 def test_deep_verify_names_a_damaged_page_its_chunks_and_what_to_do(
-        lake: Path, run_cli: Run) -> None:
+    lake: Path, run_cli: Run
+) -> None:
     victim = _largest_data_file(lake)
     keys = sorted(set(pq.read_table(victim, columns=["chunk_key"])["chunk_key"].to_pylist()))
     rows, intact = lake_rows(lake), victim.read_bytes()
@@ -181,13 +206,15 @@ def test_deep_verify_names_a_damaged_page_its_chunks_and_what_to_do(
     assert lake_rows(lake) == rows
 
 
-def test_export_of_a_damaged_page_is_one_line_naming_verify_deep(lake: Path, run_cli: Run,
-                                                                tmp_path: Path) -> None:
+def test_export_of_a_damaged_page_is_one_line_naming_verify_deep(
+    lake: Path, run_cli: Run, tmp_path: Path
+) -> None:
     _break_a_page(_largest_data_file(lake))
     done = run_cli("export", "--lake", lake, tmp_path / "out", env=BACKTRACE)
     assert done.returncode != 0 and "Traceback" not in done.stdout + done.stderr
-    assert "verify --deep" in done.stderr and len(done.stderr.strip().splitlines()) == 1, \
+    assert "verify --deep" in done.stderr and len(done.stderr.strip().splitlines()) == 1, (
         done.stderr
+    )
 
 
 def test_deep_verify_finds_text_that_no_longer_matches_its_hash(lake: Path) -> None:
@@ -236,16 +263,16 @@ def test_repair_sets_aside_a_torn_last_commit(lake: Path, corpus: Path, run_cli:
     repaired = run_cli("verify", "--repair", "--lake", lake, env=BACKTRACE)
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert "torn last commit file" in repaired.stdout
-    assert not last.exists() and [p.name.split("-", 1)[1]
-                                  for p in (lake / "quarantine").iterdir()] == [last.name]
+    assert not last.exists() and [
+        p.name.split("-", 1)[1] for p in (lake / "quarantine").iterdir()
+    ] == [last.name]
     assert Lake.open(lake).verify().problems == []
     assert Lake.open(lake).ingest([corpus]).chunks_committed == 1  # the chunk it held, again
     assert lake_rows(lake) == rows
     assert Lake.open(lake).verify().problems == []
 
 
-def test_a_damaged_commit_that_is_not_the_last_is_left_in_place(lake: Path,
-                                                              run_cli: Run) -> None:
+def test_a_damaged_commit_that_is_not_the_last_is_left_in_place(lake: Path, run_cli: Run) -> None:
     middle = sorted((lake / LOG).glob("*.json"))[3]
     before = middle.read_bytes()
     middle.write_bytes(before[:300])
@@ -272,8 +299,9 @@ def test_a_missing_data_file_is_not_blamed_on_vacuum(lake: Path, run_cli: Run) -
     assert all(k in bad for k in keys) and "vacuum" not in bad, bad
 
 
-def test_repair_after_a_lost_last_commit_ends_in_a_lake_verify_accepts(lake: Path,
-                                                                     corpus: Path) -> None:
+def test_repair_after_a_lost_last_commit_ends_in_a_lake_verify_accepts(
+    lake: Path, corpus: Path
+) -> None:
     rows = lake_rows(lake)
     max((lake / LOG).glob("*.json")).unlink()
     assert Lake.open(lake).verify().problems

@@ -46,16 +46,16 @@ def _grow(data: Path) -> None:
         f.write(json.dumps({"id": "grown-1", "text": "A line added later."}).encode() + b"\n")
 
 
-def test_compact_changes_no_document_watermark_or_old_version(built: Path,
-                                                              tmp_path: Path) -> None:
+def test_compact_changes_no_document_watermark_or_old_version(built: Path, tmp_path: Path) -> None:
     lake, data = _copy(built, tmp_path / "a")
     twin, _ = _copy(built, tmp_path / "b")
     versions = [h["version"] for h in lake.history().dicts()]
     before = {v: lake.at(version=v).sql(ROWS).rows for v in versions}
     store = DeltaStore(lake.root / "documents")
     watermark, files = store.watermark(), len(store.referenced_files())
-    chunk_versions = lake.sql("SELECT chunk_key, commit_seq, delta_version FROM chunks "
-                              "ORDER BY ALL").rows
+    chunk_versions = lake.sql(
+        "SELECT chunk_key, commit_seq, delta_version FROM chunks ORDER BY ALL"
+    ).rows
 
     report = lake.compact()
     assert report.files_before == files and report.files_after < files
@@ -65,11 +65,17 @@ def test_compact_changes_no_document_watermark_or_old_version(built: Path,
     assert lake.sql(ROWS).rows == before[versions[-1]]
     for v, rows in before.items():  # every old version still reads what it had
         assert lake.at(version=v).sql(ROWS).rows == rows
-    assert lake.sql("SELECT chunk_key, commit_seq, delta_version FROM chunks "
-                    "ORDER BY ALL").rows == chunk_versions
+    assert (
+        lake.sql("SELECT chunk_key, commit_seq, delta_version FROM chunks ORDER BY ALL").rows
+        == chunk_versions
+    )
     last = lake.history().dicts()[-1]
     assert (last["operation"], last["seq"], last["rows_added"], last["rows_removed"]) == (
-        "COMPACT", None, 0, 0)
+        "COMPACT",
+        None,
+        0,
+        0,
+    )
     assert last["command"] == "compact"
 
     # a later ingest with a changed file: same table as the twin that was never compacted
@@ -80,7 +86,8 @@ def test_compact_changes_no_document_watermark_or_old_version(built: Path,
 
 
 def test_vacuum_is_safe_by_default_and_old_versions_say_what_is_left(
-        built: Path, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    built: Path, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
     lake, _ = _copy(built, tmp_path)
     lake.compact()
     latest_rows = lake.sql(ROWS).rows
@@ -99,8 +106,11 @@ def test_vacuum_is_safe_by_default_and_old_versions_say_what_is_left(
     earliest, latest = done.readable
     assert lake.sql(ROWS).rows == latest_rows
     assert lake.at(version=earliest).sql(ROWS).rows == latest_rows
-    with pytest.raises(LakeError, match=rf"version 0 can no longer be read .*: the lake has "
-                                         rf"versions {earliest} \(.*\) to {latest} \("):
+    with pytest.raises(
+        LakeError,
+        match=rf"version 0 can no longer be read .*: the lake has "
+        rf"versions {earliest} \(.*\) to {latest} \(",
+    ):
         lake.at(version=0).sql("SELECT count(*) FROM documents")
     proc = run_cli("vacuum", "--lake", lake.root, "--retention-hours", "1")
     assert proc.returncode == 1 and "--force" in proc.stderr

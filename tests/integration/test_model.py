@@ -23,7 +23,8 @@ def _model() -> ModuleType:
     name = "model_campaign"
     if name not in sys.modules:  # its dataclasses need the module registered while it loads
         spec = importlib.util.spec_from_file_location(
-            name, ROOT / "benchmarks" / "model_campaign.py")
+            name, ROOT / "benchmarks" / "model_campaign.py"
+        )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -43,12 +44,26 @@ def _run(tmp_path: Path, **settings: object) -> None:
 # of their walks has every step kind, a kill, and a restore or a deleted state before an ingest.
 @pytest.mark.parametrize("seed", [72, 17, 43])
 def test_changing_inputs_match_a_clean_run(tmp_path: Path, seed: int) -> None:
-    _run(tmp_path, seed=seed, steps=80, ingest_every=35.0, kill_rate=0.5,
-         kill_modes=("fault",), maintenance=0.15, max_files=4)
+    _run(
+        tmp_path,
+        seed=seed,
+        steps=80,
+        ingest_every=35.0,
+        kill_rate=0.5,
+        kill_modes=("fault",),
+        maintenance=0.15,
+        max_files=4,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [4, 5])
 def test_long_walk_with_timed_kills_matches_a_clean_run(tmp_path: Path, seed: int) -> None:
-    _run(tmp_path, seed=seed, steps=400, ingest_every=8.0, kill_rate=0.4,
-         kill_modes=("fault", "timer"))
+    _run(
+        tmp_path,
+        seed=seed,
+        steps=400,
+        ingest_every=8.0,
+        kill_rate=0.4,
+        kill_modes=("fault", "timer"),
+    )

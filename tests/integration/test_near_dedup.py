@@ -43,15 +43,17 @@ def test_near_duplicates_are_found_and_point_at_a_kept_document(reference: Path)
     assert funnel["near_dup"] == n_near
 
 
-def test_one_worker_equals_two(reference: Path, corpus: Path, near_cfg: Path,
-                               tmp_path: Path) -> None:
+def test_one_worker_equals_two(
+    reference: Path, corpus: Path, near_cfg: Path, tmp_path: Path
+) -> None:
     lake = tmp_path / "lake"
     assert Lake.open(lake).ingest([corpus], config=near_cfg, workers=1).ok
     assert near_decisions(lake) == near_decisions(reference)
 
 
-def test_incremental_equals_batch(reference: Path, corpus: Path, near_cfg: Path,
-                                  tmp_path: Path) -> None:
+def test_incremental_equals_batch(
+    reference: Path, corpus: Path, near_cfg: Path, tmp_path: Path
+) -> None:
     lake = Lake.open(tmp_path / "lake")
     for i, path in enumerate(sorted(corpus.iterdir())):  # one crawl after another
         assert lake.ingest([path], config=near_cfg if i == 0 else None).ok
@@ -59,18 +61,44 @@ def test_incremental_equals_batch(reference: Path, corpus: Path, near_cfg: Path,
     assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
-@pytest.mark.parametrize("point", ["after_delta_commit:kill:web_a_00002",
-                                   "during_state_update:kill:web_a_00004"])
-def test_interrupted_and_resumed_equals_clean(point: str, reference: Path, corpus: Path,
-                                             near_cfg: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "point", ["after_delta_commit:kill:web_a_00002", "during_state_update:kill:web_a_00004"]
+)
+def test_interrupted_and_resumed_equals_clean(
+    point: str, reference: Path, corpus: Path, near_cfg: Path, tmp_path: Path
+) -> None:
     lake = tmp_path / "lake"
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(near_cfg)]
-    killed = subprocess.run(cmd, check=False, env=cli_env({"LAKECURATE_FAULT": point}),
-                            cwd=ROOT, capture_output=True, start_new_session=True, timeout=300)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(near_cfg),
+    ]
+    killed = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env({"LAKECURATE_FAULT": point}),
+        cwd=ROOT,
+        capture_output=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL
-    done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
-                          text=True, start_new_session=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert near_decisions(lake) == near_decisions(reference)
     lk = Lake.open(lake)
@@ -79,8 +107,9 @@ def test_interrupted_and_resumed_equals_clean(point: str, reference: Path, corpu
     assert n_docs == n_ref
 
 
-def test_repair_of_a_lost_state_rebuilds_the_band_index(reference: Path, corpus: Path,
-                                                        tmp_path: Path) -> None:
+def test_repair_of_a_lost_state_rebuilds_the_band_index(
+    reference: Path, corpus: Path, tmp_path: Path
+) -> None:
     import shutil
 
     lake = tmp_path / "lake"

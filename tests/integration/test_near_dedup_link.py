@@ -14,8 +14,8 @@ import pytest
 from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
 
 from lakecurate import Lake
-from lakecurate.dedup import minhash as mh
 from lakecurate.errors import ConfigError, LakeError
+from lakecurate.steps.near import minhash as mh
 
 KEPT_CONFIG = NEAR_CONFIG + 'link = "kept"\n'
 
@@ -51,15 +51,17 @@ def test_every_near_duplicate_is_near_its_kept_document(reference: Path) -> None
     assert mismatched.rows[0][0] == 0
 
 
-def test_one_worker_equals_two(reference: Path, corpus: Path, kept_cfg: Path,
-                               tmp_path: Path) -> None:
+def test_one_worker_equals_two(
+    reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
+) -> None:
     lake = tmp_path / "lake"
     assert Lake.open(lake).ingest([corpus], config=kept_cfg, workers=1).ok
     assert near_decisions(lake) == near_decisions(reference)
 
 
-def test_incremental_equals_batch(reference: Path, corpus: Path, kept_cfg: Path,
-                                  tmp_path: Path) -> None:
+def test_incremental_equals_batch(
+    reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
+) -> None:
     lake = Lake.open(tmp_path / "lake")
     for i, path in enumerate(sorted(corpus.iterdir())):  # one crawl after another
         assert lake.ingest([path], config=kept_cfg if i == 0 else None).ok
@@ -67,17 +69,42 @@ def test_incremental_equals_batch(reference: Path, corpus: Path, kept_cfg: Path,
     assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
-def test_interrupted_and_resumed_equals_clean(reference: Path, corpus: Path, kept_cfg: Path,
-                                             tmp_path: Path) -> None:
+def test_interrupted_and_resumed_equals_clean(
+    reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
+) -> None:
     lake = tmp_path / "lake"
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(kept_cfg)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(kept_cfg),
+    ]
     env = cli_env({"LAKECURATE_FAULT": "during_state_update:kill:web_a_00004"})
-    killed = subprocess.run(cmd, check=False, env=env, cwd=ROOT, capture_output=True,
-                            start_new_session=True, timeout=300)
+    killed = subprocess.run(
+        cmd,
+        check=False,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert killed.returncode == -signal.SIGKILL
-    done = subprocess.run(cmd, check=False, env=cli_env(), cwd=ROOT, capture_output=True,
-                          text=True, start_new_session=True, timeout=300)
+    done = subprocess.run(
+        cmd,
+        check=False,
+        env=cli_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert near_decisions(lake) == near_decisions(reference)
 

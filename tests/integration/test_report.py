@@ -24,8 +24,10 @@ from helpers import PROSE, SMALL_CONFIG
 from lakecurate import Lake
 from lakecurate.errors import LakeError
 
-CHROMIUM = next((p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and
-                 Path(p).exists()), None)
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium", shutil.which("chromium") or "") if p and Path(p).exists()),
+    None,
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +69,13 @@ strict = false
 [gates.gopher_quality]
 max_drop = 0.02
 """
-FRENCH = ("La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
-          "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
-          "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "
-          "bateaux, des couvertures et du pain pour les familles. Personne ne se souvenait d'une "
-          "telle crue depuis l'hiver où leurs grands-parents s'étaient mariés.")
+FRENCH = (
+    "La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
+    "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
+    "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "
+    "bateaux, des couvertures et du pain pour les familles. Personne ne se souvenait d'une "
+    "telle crue depuis l'hiver où leurs grands-parents s'étaient mariés."
+)
 N_EMAIL, N_IPV4, N_PHONE, N_FRENCH = 12, 5, 4, 3
 
 
@@ -84,18 +88,26 @@ def filtered(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Lake:
     extra.mkdir()
 
     def doc(i: int, sentence: str) -> str:
-        return "\n".join([*PROSE[:3], f"Letter {i} of the flood year was sent {sentence}.",
-                          *PROSE[3:]])
+        return "\n".join(
+            [*PROSE[:3], f"Letter {i} of the flood year was sent {sentence}.", *PROSE[3:]]
+        )
 
-    docs = ([doc(i, f"to clerk{i}@example.org and to office{i}@example.com by the mayor")
-             for i in range(N_EMAIL)]
-            + [doc(100 + i, f"from the host at 10.0.{i}.7 on the town network")
-               for i in range(N_IPV4)]
-            + [doc(200 + i, f"to the office at (555) 123-45{i:02d} in the morning")
-               for i in range(N_PHONE)]
-            + [f"{FRENCH} Lettre numéro {i}." for i in range(N_FRENCH)])
-    (extra / "pii.jsonl").write_text("".join(json.dumps({"id": f"x{i}", "text": t}) + "\n"
-                                             for i, t in enumerate(docs)), encoding="utf-8")
+    docs = (
+        [
+            doc(i, f"to clerk{i}@example.org and to office{i}@example.com by the mayor")
+            for i in range(N_EMAIL)
+        ]
+        + [doc(100 + i, f"from the host at 10.0.{i}.7 on the town network") for i in range(N_IPV4)]
+        + [
+            doc(200 + i, f"to the office at (555) 123-45{i:02d} in the morning")
+            for i in range(N_PHONE)
+        ]
+        + [f"{FRENCH} Lettre numéro {i}." for i in range(N_FRENCH)]
+    )
+    (extra / "pii.jsonl").write_text(
+        "".join(json.dumps({"id": f"x{i}", "text": t}) + "\n" for i, t in enumerate(docs)),
+        encoding="utf-8",
+    )
     (root / "lakecurate.toml").write_text(FILTER_CONFIG, encoding="utf-8")
     lake = Lake.open(root / "lake")
     assert lake.ingest([corpus, extra], config=root / "lakecurate.toml").ok
@@ -106,28 +118,46 @@ def _section(page: str, title: str) -> list[list[str]]:
     """The rows of the first table of a report section, as cell texts (header first)."""
     part = page.split(f"<h2>{title}</h2>", 1)[1].split("</section>", 1)[0]
     table = part.split("<table>", 1)[1].split("</table>", 1)[0] if "<table>" in part else ""
-    return [[htmllib.unescape(c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
-            for row in re.findall(r"<tr>(.*?)</tr>", table)]
+    return [
+        [htmllib.unescape(c) for c in re.findall(r"<t[dh]>(.*?)</t[dh]>", row)]
+        for row in re.findall(r"<tr>(.*?)</tr>", table)
+    ]
 
 
 def test_status_shows_the_funnel_redactions_and_flagged_chunks(filtered: Lake) -> None:
     st = filtered.status()
     funnel = [dict(zip(st.funnel.columns, r, strict=True)) for r in st.funnel.rows]
     steps = [f["step"] for f in funnel]
-    assert steps[:12] == ["parse", "filter:utf8", "filter:length", "filter:langid",
-                          "filter:gopher_quality", "filter:gopher_repetition", "filter:c4",
-                          "filter:fineweb", "pii:email", "pii:ipv4", "pii:phone", "filter:empty"]
+    assert steps[:12] == [
+        "parse",
+        "filter:utf8",
+        "filter:length",
+        "filter:langid",
+        "filter:gopher_quality",
+        "filter:gopher_repetition",
+        "filter:c4",
+        "filter:fineweb",
+        "pii:email",
+        "pii:ipv4",
+        "pii:phone",
+        "filter:empty",
+    ]
     (rows_in, kept) = filtered.sql(
-        "SELECT count(*), count(*) FILTER (WHERE kept) FROM documents").rows[0]
+        "SELECT count(*), count(*) FILTER (WHERE kept) FROM documents"
+    ).rows[0]
     assert funnel[0]["docs_in"] == rows_in and funnel[-1]["docs_out"] == kept
     for before, after in itertools.pairwise(funnel):
         assert before["docs_out"] == before["docs_in"] - before["docs_dropped"] == after["docs_in"]
     by_step = {f["step"]: f for f in funnel}
     # every drop reason of the documents is a step of the funnel, with the same count
-    reasons = dict(filtered.sql(
-        "SELECT CASE WHEN reason LIKE 'malformed:%' THEN 'parse' WHEN reason = 'filter:pii' "
-        "THEN 'pii:' || split_part(split_part(detail, '=', 1), '.', 2) ELSE reason END, count(*) "
-        "FROM rejects GROUP BY ALL").rows)
+    reasons = dict(
+        filtered.sql(
+            "SELECT CASE WHEN reason LIKE 'malformed:%' THEN 'parse' WHEN reason = 'filter:pii' "
+            "THEN 'pii:' || split_part(split_part(detail, '=', 1), '.', 2) ELSE reason END, "
+            "count(*) "
+            "FROM rejects GROUP BY ALL"
+        ).rows
+    )
     assert reasons == {s: f["docs_dropped"] for s, f in by_step.items() if f["docs_dropped"]}
     assert by_step["pii:phone"]["docs_dropped"] == N_PHONE
     assert by_step["filter:langid"]["docs_dropped"] >= N_FRENCH
@@ -137,15 +167,21 @@ def test_status_shows_the_funnel_redactions_and_flagged_chunks(filtered: Lake) -
     assert by_step["pii:ipv4"]["redacted"] == N_IPV4
     assert by_step["pii:phone"]["redacted"] == 0  # dropped, not replaced
     assert by_step["filter:c4"]["redacted"] is None
-    (tagged,) = filtered.sql("SELECT count(*) FROM docs WHERE text LIKE '%<EMAIL> and to "
-                             "<EMAIL> by%'").rows[0]
+    (tagged,) = filtered.sql(
+        "SELECT count(*) FROM docs WHERE text LIKE '%<EMAIL> and to <EMAIL> by%'"
+    ).rows[0]
     assert tagged == N_EMAIL
     # chunks outside the gopher_quality gate are flagged with the measured rate
     flagged = dict(st.flagged.rows)
-    assert flagged and all(v.startswith("gopher_quality: dropped ") and "allowed 0%..2%" in v
-                           for v in flagged.values())
-    assert set(flagged) == {k for (k,) in filtered.sql(
-        "SELECT chunk_key FROM chunks WHERE gate_violations IS NOT NULL").rows}
+    assert flagged and all(
+        v.startswith("gopher_quality: dropped ") and "allowed 0%..2%" in v for v in flagged.values()
+    )
+    assert set(flagged) == {
+        k
+        for (k,) in filtered.sql(
+            "SELECT chunk_key FROM chunks WHERE gate_violations IS NOT NULL"
+        ).rows
+    }
 
 
 def test_status_cli_prints_every_section(filtered: Lake, run_cli) -> None:  # type: ignore[no-untyped-def]
@@ -173,8 +209,7 @@ def test_status_cli_prints_every_section(filtered: Lake, run_cli) -> None:  # ty
     assert ipv4["redacted"] == str(N_IPV4) and int(ipv4["docs_out"]) == int(ipv4["docs_in"])
 
 
-def test_report_shows_funnel_reasons_redactions_and_gates(filtered: Lake,
-                                                          tmp_path: Path) -> None:
+def test_report_shows_funnel_reasons_redactions_and_gates(filtered: Lake, tmp_path: Path) -> None:
     page = filtered.report(tmp_path / "report.html").read_text(encoding="utf-8")
     for section in ("Filter funnel", "Drop reasons", "PII redaction", "Quality gates"):
         assert f"<h2>{section}</h2>" in page
@@ -183,8 +218,9 @@ def test_report_shows_funnel_reasons_redactions_and_gates(filtered: Lake,
     # the report's funnel (from the documents of the version) is the state's funnel
     rows = _section(page, "Filter funnel")
     assert rows[0] == ["step", "docs in", "docs out", "dropped", "% of step input"]
-    assert [(s, int(i.replace(",", "")), int(o.replace(",", ""))) for s, i, o, _, _ in rows[1:]] \
-        == status_funnel
+    assert [
+        (s, int(i.replace(",", "")), int(o.replace(",", ""))) for s, i, o, _, _ in rows[1:]
+    ] == status_funnel
     # drop reasons by rule, with counts and measured values, adding up to the dropped rows
     reasons = _section(page, "Drop reasons")[1:]
     (dropped,) = filtered.sql("SELECT count(*) FROM rejects").rows[0]
@@ -192,11 +228,15 @@ def test_report_shows_funnel_reasons_redactions_and_gates(filtered: Lake,
     rules = {(r, rule): (int(n.replace(",", "")), v) for r, rule, n, v in reasons}
     assert rules[("filter:pii", "pii.phone")][0] == N_PHONE
     assert "fr" in rules[("filter:langid", "langid.lang")][1].split(", ")
-    by_rule = dict(filtered.sql(
-        "SELECT split_part(detail, '=', 1), count(*) FROM rejects "
-        "WHERE reason = 'filter:gopher_quality' GROUP BY ALL").rows)
-    assert {rule: n for (r, rule), (n, _) in rules.items()
-            if r == "filter:gopher_quality"} == by_rule
+    by_rule = dict(
+        filtered.sql(
+            "SELECT split_part(detail, '=', 1), count(*) FROM rejects "
+            "WHERE reason = 'filter:gopher_quality' GROUP BY ALL"
+        ).rows
+    )
+    assert {
+        rule: n for (r, rule), (n, _) in rules.items() if r == "filter:gopher_quality"
+    } == by_rule
     # PII per type: matches replaced in kept documents, chunks, documents dropped
     pii = {k: (m, c, d) for k, m, c, d in _section(page, "PII redaction")[1:]}
     assert pii["email"] == (str(2 * N_EMAIL), "1", "0")
@@ -216,9 +256,17 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
     first = lake.report(tmp_path / "first.html", version=0)
     page = latest.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 5
-    for section in ("Filter funnel", "Drop reasons", "PII redaction", "Quality gates",
-                    "Document length, before and after", "Languages",
-                    "Duplicate groups by size", "Chunk throughput over time", "Failures"):
+    for section in (
+        "Filter funnel",
+        "Drop reasons",
+        "PII redaction",
+        "Quality gates",
+        "Document length, before and after",
+        "Languages",
+        "Duplicate groups by size",
+        "Chunk throughput over time",
+        "Failures",
+    ):
         assert section in page
     assert "PII redaction is not configured" in page  # no [filters]: nothing redacted
     assert "no chunk outside its quality gate" in page
@@ -233,8 +281,9 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
     assert "report: version 0" in first.read_text(encoding="utf-8")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install "
-                                             "chromium; .ci/run does)")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
+)
 def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
     html = tmp_path / "report.html"
     proc = run_cli("report", "--lake", lake.root, "--html", html)
@@ -242,11 +291,27 @@ def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli
     shot = tmp_path / "report.png"
     assert CHROMIUM is not None
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
-         "--v=0", f"--screenshot={shot}", "--window-size=1280,2000", html.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120, check=False)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1280,2000",
+            html.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert shot.exists()
     png = shot.read_bytes()
@@ -267,8 +332,11 @@ def test_report_into_the_lake_is_refused(lake: Lake, tmp_path: Path, run_cli) ->
     assert state.read_bytes() == before
     link = tmp_path / "lake-link"
     link.symlink_to(lake.root)
-    for target in (lake.root / "report.html", lake.root / "documents" / "kept=true" / "r.html",
-                   link / "r.html"):
+    for target in (
+        lake.root / "report.html",
+        lake.root / "documents" / "kept=true" / "r.html",
+        link / "r.html",
+    ):
         with pytest.raises(LakeError, match="inside the lake"):
             lake.report(target)
         assert not target.exists()

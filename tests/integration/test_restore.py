@@ -18,8 +18,9 @@ def _write(path: Path, docs: list[tuple[str, str]]) -> None:
     path.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in docs))
 
 
-def test_restore_then_ingest_equals_never_having_ingested(tmp_path: Path, corpus: Path,
-                                                          config_file: Path) -> None:
+def test_restore_then_ingest_equals_never_having_ingested(
+    tmp_path: Path, corpus: Path, config_file: Path
+) -> None:
     base = tmp_path / "base"
     shutil.copytree(corpus, base)
     extra = tmp_path / "extra"
@@ -39,10 +40,13 @@ def test_restore_then_ingest_equals_never_having_ingested(tmp_path: Path, corpus
     # the table is back to what it was, and the state agrees with it
     assert lake.sql("SELECT count(*) FROM docs WHERE id = 'x1'").rows[0][0] == 0
     statuses = dict(lake.sql("SELECT status, count(*) FROM chunks GROUP BY ALL").rows)
-    assert statuses.get("SUCCESS", 0) == lake.sql(
-        "SELECT count(DISTINCT chunk_key) FROM documents").rows[0][0]
+    assert (
+        statuses.get("SUCCESS", 0)
+        == lake.sql("SELECT count(DISTINCT chunk_key) FROM documents").rows[0][0]
+    )
     (n_hashes, n_docs) = lake.sql(
-        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM docs)").rows[0]
+        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM docs)"
+    ).rows[0]
     assert n_hashes == n_docs
 
     # now a different later ingest: the result equals a lake that only ever saw base + this
@@ -55,11 +59,13 @@ def test_restore_then_ingest_equals_never_having_ingested(tmp_path: Path, corpus
     twin = Lake.open(tmp_path / "twin")
     assert twin.ingest([fresh_base], config=config_file).ok
     assert twin.ingest([other]).ok
+
     def strip(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
         """Chunk keys and derived ids name the source path, which differs: keep the keys'
         stem and index, and ids relative to the input folder."""
-        return sorted((str(r[0])[:-9], r[1], str(r[2]).replace("fresh_base", "base"), *r[3:])
-                      for r in rows)
+        return sorted(
+            (str(r[0])[:-9], r[1], str(r[2]).replace("fresh_base", "base"), *r[3:]) for r in rows
+        )
 
     assert strip(lake_rows(tmp_path / "lake")) == strip(lake_rows(tmp_path / "twin"))
 

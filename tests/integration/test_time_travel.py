@@ -21,8 +21,10 @@ from helpers import SMALL_CONFIG
 from lakecurate import Lake
 from lakecurate.errors import LakeError
 
-ROWS = ("SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of FROM documents "
-        "ORDER BY chunk_key, source_line")
+ROWS = (
+    "SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of FROM documents "
+    "ORDER BY chunk_key, source_line"
+)
 
 
 @dataclass
@@ -55,9 +57,11 @@ def build_versioned_lake(root: Path, corpus: Path) -> Built:
     ingest(part1, part2)
     with open(part2 / "web_a.jsonl", "rb") as f:  # the file has invalid UTF-8 on purpose
         first = json.loads(f.readline())
-    grown = [json.dumps({"id": "late-1", "text": "A document that arrived late."}) + "\n",
-             json.dumps({"id": "late-2", "text": first["text"]}) + "\n",  # exact dup of web_a-0
-             json.dumps({"id": "late-3", "text": "Another late arrival, all new."}) + "\n"]
+    grown = [
+        json.dumps({"id": "late-1", "text": "A document that arrived late."}) + "\n",
+        json.dumps({"id": "late-2", "text": first["text"]}) + "\n",  # exact dup of web_a-0
+        json.dumps({"id": "late-3", "text": "Another late arrival, all new."}) + "\n",
+    ]
     with open(part2 / "web_a.jsonl", "ab") as f:
         f.writelines(g.encode("utf-8") for g in grown)
     shutil.copy(corpus / "web_b.jsonl.gz", part2 / "web_b.jsonl.gz")
@@ -106,31 +110,42 @@ def test_history_names_chunks_runs_and_config(built: Built) -> None:
     assert {h["config_hash"] for h in history} == {config_hash}
     assert len({h["run_id"] for h in history}) == 3
     # every chunk commit agrees with the state: its chunk's seq and Delta version
-    chunks = {r[0]: (r[1], r[2]) for r in lake.sql(
-        "SELECT chunk_key, commit_seq, delta_version FROM chunks WHERE status = 'SUCCESS'").rows}
-    appends = {h["chunk_keys"][0]: (h["seq"], h["version"]) for h in history
-               if h["operation"] == "APPEND"}
+    chunks = {
+        r[0]: (r[1], r[2])
+        for r in lake.sql(
+            "SELECT chunk_key, commit_seq, delta_version FROM chunks WHERE status = 'SUCCESS'"
+        ).rows
+    }
+    appends = {
+        h["chunk_keys"][0]: (h["seq"], h["version"]) for h in history if h["operation"] == "APPEND"
+    }
     assert chunks.items() <= appends.items()
     (superseded,) = [h for h in history if h["operation"] == "SUPERSEDE"]
     assert superseded["rows_removed"] > 0
-    assert lake.sql("SELECT status FROM chunks WHERE chunk_key = $k",
-                    params={"k": superseded["chunk_keys"][0]}).rows == [("SUPERSEDED",)]
-    assert [h["version"] for h in lake.history(limit=2).dicts()] == [h["version"]
-                                                                     for h in history[-2:]]
+    assert lake.sql(
+        "SELECT status FROM chunks WHERE chunk_key = $k", params={"k": superseded["chunk_keys"][0]}
+    ).rows == [("SUPERSEDED",)]
+    assert [h["version"] for h in lake.history(limit=2).dicts()] == [
+        h["version"] for h in history[-2:]
+    ]
 
 
 def test_diff_counts_add_up_to_the_change_of_count(built: Built) -> None:
     lake = built.lake
     latest = built.snapshots[-1][0]
-    supersede = next(h["version"] for h in lake.history().dicts()
-                     if h["operation"] == "SUPERSEDE")
-    pairs = [(built.snapshots[0][0], latest), (built.snapshots[1][0], latest),
-             (supersede - 1, supersede), (latest, built.snapshots[0][0])]
+    supersede = next(h["version"] for h in lake.history().dicts() if h["operation"] == "SUPERSEDE")
+    pairs = [
+        (built.snapshots[0][0], latest),
+        (built.snapshots[1][0], latest),
+        (supersede - 1, supersede),
+        (latest, built.snapshots[0][0]),
+    ]
     for a, b in pairs:
         summary = {r["change"]: r for r in lake.diff(a, b).dicts()}
         assert set(summary) == {"added", "removed", "changed"}
-        assert (summary["added"]["rows"] - summary["removed"]["rows"]
-                == _count(lake, b) - _count(lake, a)), (a, b)
+        assert summary["added"]["rows"] - summary["removed"]["rows"] == _count(lake, b) - _count(
+            lake, a
+        ), (a, b)
         kept_change = sum(r["kept_b"] - r["kept_a"] for r in summary.values())
         assert kept_change == _count(lake, b, "docs") - _count(lake, a, "docs"), (a, b)
         listed = Counter(r[0] for r in lake.diff(a, b, rows=True).rows)
@@ -154,12 +169,17 @@ def test_as_of_finds_the_version_current_at_a_time(built: Built) -> None:
         text = stamp.strftime("%Y-%m-%d %H:%M:%S.%f")
         assert lake.at(as_of=text).version == h["version"]
     first = history[0]["timestamp"]
-    with pytest.raises(LakeError, match=r"no version of the lake existed at .*: the lake has "
-                                         r"versions 0 \(.* UTC\) to \d+"):
+    with pytest.raises(
+        LakeError,
+        match=r"no version of the lake existed at .*: the lake has "
+        r"versions 0 \(.* UTC\) to \d+",
+    ):
         lake.at(as_of="2001-01-01 00:00")
     assert lake.at(as_of="2999-01-01").version == history[-1]["version"]
-    assert lake.sql("SELECT count(*) FROM documents",
-                    as_of=first.isoformat()).rows[0][0] == history[0]["rows_added"]
+    assert (
+        lake.sql("SELECT count(*) FROM documents", as_of=first.isoformat()).rows[0][0]
+        == history[0]["rows_added"]
+    )
     with pytest.raises(LakeError, match="is not a time"):
         lake.at(as_of="last tuesday")
 
@@ -167,16 +187,27 @@ def test_as_of_finds_the_version_current_at_a_time(built: Built) -> None:
 def test_a_version_that_does_not_exist_names_the_range(built: Built, run_cli) -> None:  # type: ignore[no-untyped-def]
     lake = built.lake
     latest = built.snapshots[-1][0]
-    with pytest.raises(LakeError, match=rf"version {latest + 1} does not exist: the lake has "
-                                         rf"versions 0 \(.*\) to {latest} \("):
+    with pytest.raises(
+        LakeError,
+        match=rf"version {latest + 1} does not exist: the lake has "
+        rf"versions 0 \(.*\) to {latest} \(",
+    ):
         lake.at(version=latest + 1)
     with pytest.raises(LakeError, match="does not exist"):
         lake.diff(0, latest + 5)
     proc = run_cli("sql", "--lake", lake.root, "--version", str(latest + 1), "SELECT 1")
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and f"to {latest} (" in proc.stderr
-    proc = run_cli("sql", "--lake", lake.root, "--version", "0", "--format", "json",
-                   "SELECT count(*) AS n FROM docs")
+    proc = run_cli(
+        "sql",
+        "--lake",
+        lake.root,
+        "--version",
+        "0",
+        "--format",
+        "json",
+        "SELECT count(*) AS n FROM docs",
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"n": _count(lake, 0, "docs")}
 

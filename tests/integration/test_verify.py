@@ -20,12 +20,15 @@ def built(corpus: Path, config_file: Path, tmp_path: Path) -> Path:
 
 def _state_summary(lake: Path) -> tuple:  # type: ignore[type-arg]
     lk = Lake.open(lake)
-    return (lk.sql("SELECT chunk_key, status, rows_in, rows_kept, rows_malformed, delta_version "
-                   "FROM chunks ORDER BY chunk_key").rows,
-            lk.sql("SELECT count(*) FROM content_hashes").rows,
-            lk.sql("SELECT count(*) FROM doc_ids").rows,
-            lk.sql("SELECT chunk_key, step, docs_in, docs_dropped FROM filter_stats "
-                   "ORDER BY ALL").rows)
+    return (
+        lk.sql(
+            "SELECT chunk_key, status, rows_in, rows_kept, rows_malformed, delta_version "
+            "FROM chunks ORDER BY chunk_key"
+        ).rows,
+        lk.sql("SELECT count(*) FROM content_hashes").rows,
+        lk.sql("SELECT count(*) FROM doc_ids").rows,
+        lk.sql("SELECT chunk_key, step, docs_in, docs_dropped FROM filter_stats ORDER BY ALL").rows,
+    )
 
 
 def test_clean_lake_verifies(built: Path) -> None:
@@ -35,7 +38,8 @@ def test_clean_lake_verifies(built: Path) -> None:
 
 @pytest.mark.parametrize("damage", ["delete", "corrupt"])
 def test_repair_rebuilds_state_and_next_ingest_skips_everything(
-        damage: str, built: Path, corpus: Path) -> None:
+    damage: str, built: Path, corpus: Path
+) -> None:
     before_rows = lake_rows(built)
     before_state = _state_summary(built)
     state = built / "state.duckdb"

@@ -23,22 +23,38 @@ from lakecurate import __version__, engine
 INSTALL_BUDGET = 180  # seconds for venv + pip install of the wheel and its dependencies
 FALLBACK_AFTER = 120  # a slower full install gives way to the --target fallback
 
-PROBE = ("import lakecurate, lakecurate.engine as e; "
-         "print(','.join(sorted(e.statements()))); print(e.sql_dir()); "
-         "print(len(e.migrations())); print(lakecurate.__file__)")
+PROBE = (
+    "import lakecurate, lakecurate.engine as e; "
+    "print(','.join(sorted(e.statements()))); print(e.sql_dir()); "
+    "print(len(e.migrations())); print(lakecurate.__file__)"
+)
 
 
-def _run(cmd: list[str | Path], *, cwd: Path, env: dict[str, str] | None = None,
-         timeout: float = INSTALL_BUDGET) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(c) for c in cmd], check=False, capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+def _run(
+    cmd: list[str | Path],
+    *,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = INSTALL_BUDGET,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c) for c in cmd],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
     """No PYTHONPATH, no virtualenv of ours: only what the installed wheel brings."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
-           and not k.startswith("LAKECURATE_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"} and not k.startswith("LAKECURATE_")
+    }
     env.update(extra)
     return env
 
@@ -46,8 +62,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT],
-                cwd=out)
+    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT], cwd=out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (whl,) = out.glob("lakecurate-*.whl")
     return whl
@@ -59,8 +74,11 @@ def test_wheel_contains_every_sql_file(wheel: Path) -> None:
     assert "lakecurate/sql/state/migrations/001_init.sql" in names
     repo_sql = sorted((ROOT / "sql").rglob("*.sql"))
     assert len(repo_sql) > 5
-    missing = [str(p.relative_to(ROOT)) for p in repo_sql
-               if f"lakecurate/{p.relative_to(ROOT).as_posix()}" not in names]
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in repo_sql
+        if f"lakecurate/{p.relative_to(ROOT).as_posix()}" not in names
+    ]
     assert not missing, f"not in the wheel: {missing}"
     # Nothing of the test suite or the examples leaks into the wheel.
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
@@ -108,16 +126,23 @@ def test_installed_wheel_finds_every_statement(wheel: Path, tmp_path: Path) -> N
     try:
         remaining = max(FALLBACK_AFTER - (time.monotonic() - started), 10)
         # With its dependencies, from pip's configured index or cache.
-        proc = _run([py, "-m", "pip", "install", "-q", wheel], cwd=outside,
-                    env=_clean_env(), timeout=remaining)
+        proc = _run(
+            [py, "-m", "pip", "install", "-q", wheel],
+            cwd=outside,
+            env=_clean_env(),
+            timeout=remaining,
+        )
         full_install = proc.returncode == 0
         reason = proc.stderr[-2000:]
     except subprocess.TimeoutExpired:
         full_install, reason = False, f"pip install took over {FALLBACK_AFTER} s"
 
     if full_install:
-        site_out = _run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                        cwd=outside, env=_clean_env())
+        site_out = _run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            cwd=outside,
+            env=_clean_env(),
+        )
         site = Path(site_out.stdout.strip())
         probe = _run([py, "-c", PROBE], cwd=outside, env=_clean_env())
         assert probe.returncode == 0, probe.stderr
@@ -132,8 +157,10 @@ def test_installed_wheel_finds_every_statement(wheel: Path, tmp_path: Path) -> N
     # site-packages, so the folder's lakecurate wins over the editable checkout; the probe checks
     # that it really is the installed copy that answered.
     target = tmp_path / "target"
-    proc = _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target,
-                 wheel], cwd=outside)
+    proc = _run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", target, wheel],
+        cwd=outside,
+    )
     assert proc.returncode == 0, f"{proc.stderr[-2000:]}\n(full install failed: {reason})"
     env = _clean_env(PYTHONPATH=str(target))
     probe = _run([sys.executable, "-c", PROBE], cwd=outside, env=env)

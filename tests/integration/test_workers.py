@@ -24,18 +24,40 @@ def _cfg(tmp_path: Path, attempts: int = 3, extra: str = "") -> Path:
 
 
 def _victim(lake: Path) -> str:
-    (key,) = Lake.open(lake).sql("SELECT chunk_key FROM chunks WHERE contains(chunk_key, $v)",
-                                 params={"v": VICTIM}).rows[0]
+    (key,) = (
+        Lake.open(lake)
+        .sql("SELECT chunk_key FROM chunks WHERE contains(chunk_key, $v)", params={"v": VICTIM})
+        .rows[0]
+    )
     return str(key)
 
 
-def _ingest(corpus: Path, lake: Path, cfg: Path, fault: str | None = None,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "lakecurate", "ingest", str(corpus), "--lake", str(lake),
-           "--config", str(cfg), "--workers", "2"]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT,
-                          env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
-                          start_new_session=True, timeout=timeout)
+def _ingest(
+    corpus: Path, lake: Path, cfg: Path, fault: str | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "lakecurate",
+        "ingest",
+        str(corpus),
+        "--lake",
+        str(lake),
+        "--config",
+        str(cfg),
+        "--workers",
+        "2",
+    ]
+    return subprocess.run(
+        cmd,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
+        start_new_session=True,
+        timeout=timeout,
+    )
 
 
 def _retry_and_finish(corpus: Path, lake: Path, cfg: Path, small_reference: list) -> None:  # type: ignore[type-arg]
@@ -51,13 +73,20 @@ def _retry_and_finish(corpus: Path, lake: Path, cfg: Path, small_reference: list
 
 
 def _events(lake: Path) -> list[tuple[str, str]]:
-    return [tuple(r) for r in Lake.open(lake).sql(  # type: ignore[misc]
-        "SELECT to_status, message FROM chunk_events WHERE chunk_key = $k ORDER BY event_id",
-        params={"k": _victim(lake)}).rows]
+    return [
+        tuple(r)
+        for r in Lake.open(lake)
+        .sql(  # type: ignore[misc]
+            "SELECT to_status, message FROM chunk_events WHERE chunk_key = $k ORDER BY event_id",
+            params={"k": _victim(lake)},
+        )
+        .rows
+    ]
 
 
 def test_oom_killed_worker_is_retried_and_the_driver_survives(
-        corpus: Path, tmp_path: Path, small_reference: list) -> None:  # type: ignore[type-arg]
+    corpus: Path, tmp_path: Path, small_reference: list
+) -> None:  # type: ignore[type-arg]
     lake, cfg = tmp_path / "lake", _cfg(tmp_path)
     done = _ingest(corpus, lake, cfg, f"worker:oom:{VICTIM}")
     # The driver finished the run: every other chunk committed, the victim DEAD with the cause.
@@ -68,17 +97,18 @@ def test_oom_killed_worker_is_retried_and_the_driver_survives(
     statuses = dict(lk.sql("SELECT chunk_key, status FROM chunks").rows)
     assert statuses.pop(victim) == "DEAD"
     assert set(statuses.values()) == {"SUCCESS"}
-    assert [s for s, _ in _events(lake) if s in ("FAILED", "DEAD")] == ["FAILED", "FAILED",
-                                                                        "DEAD"]
+    assert [s for s, _ in _events(lake) if s in ("FAILED", "DEAD")] == ["FAILED", "FAILED", "DEAD"]
     # Only the victim was blamed: no bystander has a FAILED event.
-    failed = lk.sql("SELECT DISTINCT chunk_key FROM chunk_events "
-                    "WHERE to_status IN ('FAILED', 'DEAD')").rows
+    failed = lk.sql(
+        "SELECT DISTINCT chunk_key FROM chunk_events WHERE to_status IN ('FAILED', 'DEAD')"
+    ).rows
     assert failed == [(victim,)]
     _retry_and_finish(corpus, lake, cfg, small_reference)
 
 
 def test_hung_worker_is_killed_on_heartbeat_timeout(
-        corpus: Path, tmp_path: Path, small_reference: list) -> None:  # type: ignore[type-arg]
+    corpus: Path, tmp_path: Path, small_reference: list
+) -> None:  # type: ignore[type-arg]
     lake = tmp_path / "lake"
     cfg = _cfg(tmp_path, attempts=2, extra="heartbeat_timeout = 3")
     done = _ingest(corpus, lake, cfg, f"worker:hang:{VICTIM}", timeout=240)
@@ -87,8 +117,9 @@ def test_hung_worker_is_killed_on_heartbeat_timeout(
     events = _events(lake)
     assert [s for s, _ in events if s in ("FAILED", "DEAD")] == ["FAILED", "DEAD"]
     assert all("heartbeat_timeout = 3 s" in m for s, m in events if s in ("FAILED", "DEAD"))
-    assert Lake.open(lake).sql("SELECT count(*) FROM chunks WHERE status <> 'SUCCESS'"
-                               ).rows == [(1,)]
+    assert Lake.open(lake).sql("SELECT count(*) FROM chunks WHERE status <> 'SUCCESS'").rows == [
+        (1,)
+    ]
     _retry_and_finish(corpus, lake, cfg, small_reference)
 
 
@@ -98,17 +129,23 @@ def test_chunk_timeout_kills_a_worker_that_still_beats(corpus: Path, tmp_path: P
     cfg = _cfg(tmp_path, attempts=1, extra="chunk_timeout = 2.5")
     done = _ingest(corpus, lake, cfg, f"worker:stall:{VICTIM}")
     assert done.returncode == 2, done.stdout + done.stderr
-    (message,) = Lake.open(lake).sql("SELECT last_error FROM chunks WHERE chunk_key = $k",
-                                     params={"k": _victim(lake)}).rows[0]
+    (message,) = (
+        Lake.open(lake)
+        .sql("SELECT last_error FROM chunks WHERE chunk_key = $k", params={"k": _victim(lake)})
+        .rows[0]
+    )
     assert "chunk_timeout = 2.5 s" in message
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("heartbeat_timeout = 1", "[ingest].heartbeat_timeout = 1.0: must be seconds >= 2"),
-    ("heartbeat_timeout = nan", "[ingest].heartbeat_timeout = nan: must be seconds >= 0"),
-    ("chunk_timeout = -1", "[ingest].chunk_timeout = -1: must be seconds >= 0"),
-    ("chunk_timeout = \"1h\"", "[ingest].chunk_timeout = '1h': must be seconds >= 0"),
-])
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("heartbeat_timeout = 1", "[ingest].heartbeat_timeout = 1.0: must be seconds >= 2"),
+        ("heartbeat_timeout = nan", "[ingest].heartbeat_timeout = nan: must be seconds >= 0"),
+        ("chunk_timeout = -1", "[ingest].chunk_timeout = -1: must be seconds >= 0"),
+        ('chunk_timeout = "1h"', "[ingest].chunk_timeout = '1h': must be seconds >= 0"),
+    ],
+)
 def test_timeouts_are_validated(text: str, error: str) -> None:
     import tomllib
 

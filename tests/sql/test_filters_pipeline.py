@@ -10,46 +10,53 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import PROSE
 
-from lakecurate import chunking, config, worker
+from lakecurate import config
 from lakecurate.errors import PermanentChunkError
+from lakecurate.ingest import chunking, worker
 from lakecurate.types import ChunkResult, Format, WorkOrder
 
 GOOD = "\n".join(PROSE)
 
 
-def _run(tmp_path: Path, texts: list[str], data: dict[str, Any]) -> tuple[ChunkResult,
-                                                                          list[dict[str, Any]]]:
+def _run(
+    tmp_path: Path, texts: list[str], data: dict[str, Any]
+) -> tuple[ChunkResult, list[dict[str, Any]]]:
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"id": f"d{i}", "text": t}) + "\n"
-                            for i, t in enumerate(texts)))
+    path.write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
     (spec,) = chunking.plan_file(str(path), Format.JSONL, 1 << 30)[1]
     cfg = config.from_dict(data)
     staging = tmp_path / "staging"
     staging.mkdir(exist_ok=True)
-    order = WorkOrder(staging_dir=str(staging), run_id="r", config_hash=cfg.hash,
-                      decisions=config.to_toml(cfg))
+    order = WorkOrder(
+        staging_dir=str(staging), run_id="r", config_hash=cfg.hash, decisions=config.to_toml(cfg)
+    )
     result = worker.process_chunk(spec, order)
     return result, pq.read_table(result.staged_path).to_pylist()
 
 
-PIPELINE = {"filters": {"steps": ["length", "gopher_quality", "c4", "pii", "langid",
-                                  "gopher_repetition"],
-                        "length": {"min_chars": 10}},
-            "pii": {"email": "tag", "phone": "drop"}}
+PIPELINE = {
+    "filters": {
+        "steps": ["length", "gopher_quality", "c4", "pii", "langid", "gopher_repetition"],
+        "length": {"min_chars": 10},
+    },
+    "pii": {"email": "tag", "phone": "drop"},
+}
 
 
 def test_reasons_details_edits_and_funnel(tmp_path: Path) -> None:
     texts = [
-        GOOD,                                   # kept
-        "short",                                # length
-        " ".join(["a"] * 60),                   # gopher_quality.mean_word_length
-        GOOD + "\nmenu item",                   # C4 removes the last line: then a dup of d0
+        GOOD,  # kept
+        "short",  # length
+        " ".join(["a"] * 60),  # gopher_quality.mean_word_length
+        GOOD + "\nmenu item",  # C4 removes the last line: then a dup of d0
         GOOD.replace("families.", "families (mail jo@ex.com).", 1),  # e-mail tagged
-        GOOD + "\nCall (555) 123-4567 now, it is good.",        # phone: dropped
+        GOOD + "\nCall (555) 123-4567 now, it is good.",  # phone: dropped
         GOOD.replace("three days", "four days") + "\nmenu",  # edited by C4, then kept
-        "   ",                                  # empty
+        "   ",  # empty
         "Le renard brun saute par-dessus le chien paresseux et court dans les bois avec un ami "
-        "de la famille. " * 8,                  # langid (fr), after gopher (the/of stop words?)
+        "de la famille. " * 8,  # langid (fr), after gopher (the/of stop words?)
     ]
     result, rows = _run(tmp_path, texts, PIPELINE)
     by_id = {r["id"]: r for r in rows}
@@ -66,13 +73,24 @@ def test_reasons_details_edits_and_funnel(tmp_path: Path) -> None:
     assert by_id["d7"]["reason"] == "filter:empty"
     assert by_id["d8"]["reason"] in ("filter:langid", "filter:gopher_quality")
     steps = [s for s, _, _ in result.filter_stats]
-    assert steps == ["parse", "filter:length", "filter:gopher_quality", "filter:c4", "pii:email",
-                     "pii:ipv4", "pii:ipv6", "pii:phone", "filter:langid",
-                     "filter:gopher_repetition", "filter:empty",
-                     "exact_dup:chunk"]
+    assert steps == [
+        "parse",
+        "filter:length",
+        "filter:gopher_quality",
+        "filter:c4",
+        "pii:email",
+        "pii:ipv4",
+        "pii:ipv6",
+        "pii:phone",
+        "filter:langid",
+        "filter:gopher_repetition",
+        "filter:empty",
+        "exact_dup:chunk",
+    ]
     # The funnel adds up: each step's input is the previous step's survivors.
-    for (_, n_in, dropped), (_, next_in, _) in zip(result.filter_stats, result.filter_stats[1:],
-                                                   strict=False):
+    for (_, n_in, dropped), (_, next_in, _) in zip(
+        result.filter_stats, result.filter_stats[1:], strict=False
+    ):
         assert next_in == n_in - dropped
     dropped = {s: d for s, _, d in result.filter_stats}
     assert dropped["filter:length"] == 1 and dropped["pii:phone"] == 1
@@ -89,8 +107,10 @@ def test_no_filters_is_the_old_funnel(tmp_path: Path) -> None:
 
 
 def test_gates_flag_or_fail(tmp_path: Path) -> None:
-    data = {"filters": {"steps": ["length"], "length": {"min_chars": 10}},
-            "gates": {"length": {"max_drop": 0.2}}}
+    data = {
+        "filters": {"steps": ["length"], "length": {"min_chars": 10}},
+        "gates": {"length": {"max_drop": 0.2}},
+    }
     result, _ = _run(tmp_path, [GOOD, "x", "y"], data)
     assert result.gate_violations == ["length: dropped 66.7% (2/3), allowed 0%..20%"]
     with pytest.raises(PermanentChunkError, match=r"length: dropped 66\.7%"):

@@ -11,9 +11,10 @@ import pytest
 from helpers import as_global
 
 from lakecurate import engine
-from lakecurate.dedup import lsh
-from lakecurate.dedup import minhash as mh
 from lakecurate.errors import LakeError
+from lakecurate.steps.near import minhash as mh
+from lakecurate.steps.near import signatures
+from lakecurate.store import band_index
 
 CFG = mh.MinHashConfig(threshold=0.7)
 VOCAB = [f"v{i}" for i in range(5000)]
@@ -51,48 +52,63 @@ def chain_corpus(seed: int = 0) -> list[str]:
 @pytest.fixture(scope="module")
 def corpus() -> tuple[list[str], pa.Array, pa.Array]:
     texts = chain_corpus()
-    sig, bands = lsh.chunk_signatures(texts, CFG)
+    sig, bands = signatures.chunk_signatures(texts, CFG)
     return texts, sig, bands
 
 
 @pytest.fixture
-def index() -> Iterator[lsh.NearDedupIndex]:
+def index() -> Iterator[band_index.NearDedupIndex]:
     con = engine.connect(threads=1)
-    idx = lsh.NearDedupIndex(con, CFG)
+    idx = band_index.NearDedupIndex(con, CFG)
     idx.create_schema()
     yield idx
     con.close()
 
 
-def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
-        sizes: list[int], shuffle: int | None = None) -> list[tuple[int, int | None, str | None]]:
+def run(
+    idx: band_index.NearDedupIndex,
+    corpus: tuple[list[str], pa.Array, pa.Array],
+    sizes: list[int],
+    shuffle: int | None = None,
+) -> list[tuple[int, int | None, str | None]]:
     texts, sig, bands = corpus
     out: list[tuple[int, int | None, str | None]] = []
     start = 0
     for ordinal, size in enumerate(sizes):
         rows = np.arange(start, min(start + size, len(texts)))
-        table = lsh.chunk_table(lsh.make_doc_seq(ordinal, np.arange(len(rows))),
-                                [f"d{i}" for i in rows], sig.take(rows), bands.take(rows))
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
+            [f"d{i}" for i in rows],
+            sig.take(rows),
+            bands.take(rows),
+        )
         if shuffle is not None:
             perm = np.random.default_rng(shuffle + ordinal).permutation(table.num_rows)
             table = table.take(perm)
         result = idx.match_chunk(table)
         idx.add_chunk(table, result)
-        out.extend(zip(result["doc_seq"].to_pylist(), result["cluster_id"].to_pylist(),
-                       result["dup_of"].to_pylist(), strict=True))
+        out.extend(
+            zip(
+                result["doc_seq"].to_pylist(),
+                result["cluster_id"].to_pylist(),
+                result["dup_of"].to_pylist(),
+                strict=True,
+            )
+        )
         start += size
     return out
 
 
-def reference(corpus: tuple[list[str], pa.Array, pa.Array]) -> list[tuple[int, int | None,
-                                                                           str | None]]:
+def reference(
+    corpus: tuple[list[str], pa.Array, pa.Array],
+) -> list[tuple[int, int | None, str | None]]:
     """The rule in plain Python: a document joins the smallest cluster among the earlier documents
     it shares a band with (and, verified, agrees with on enough positions), else starts one."""
     texts = corpus[0]
     sig = mh.signatures_of_texts(texts, CFG)
     bands = mh.band_hashes(sig, *CFG.layout)
     empty = mh.is_empty(sig)
-    need = lsh.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
+    need = band_index.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
     label: dict[int, int] = {}
     out: list[tuple[int, int | None, str | None]] = []
     for i in range(len(texts)):
@@ -101,21 +117,24 @@ def reference(corpus: tuple[list[str], pa.Array, pa.Array]) -> list[tuple[int, i
             continue
         mine = i
         for j in range(i):
-            if (not empty[j] and (bands[i] == bands[j]).any()
-                    and int((sig[i] == sig[j]).sum()) >= need):
+            if (
+                not empty[j]
+                and (bands[i] == bands[j]).any()
+                and int((sig[i] == sig[j]).sum()) >= need
+            ):
                 mine = min(mine, label[j])
         label[i] = mine
         out.append((i, mine, None if mine == i else f"d{mine}"))
     return out
 
 
-def test_batch_matches_the_reference(index: lsh.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
+def test_batch_matches_the_reference(index: band_index.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
     n = len(corpus[0])
     got = as_global(run(index, corpus, [n]), [n])
     assert got == reference(corpus)
     clusters = {c for _, c, d in got if d is not None}
     assert len(clusters) >= 15  # the corpus really has near duplicates
-    assert index.rounds >= 2    # and chains longer than one hop inside a chunk
+    assert index.rounds >= 2  # and chains longer than one hop inside a chunk
 
 
 @pytest.mark.parametrize("sizes", [[7], [*[1] * 25, 40], [50, 1, 100, 200], [33, 120, 200]])
@@ -127,7 +146,7 @@ def test_incremental_equals_batch(corpus, sizes: list[int]) -> None:  # type: ig
     results = []
     for chunking in ([n], sizes):
         con = engine.connect(threads=1)
-        idx = lsh.NearDedupIndex(con, CFG)
+        idx = band_index.NearDedupIndex(con, CFG)
         idx.create_schema()
         results.append(as_global(run(idx, corpus, chunking), chunking))
         con.close()
@@ -139,21 +158,28 @@ def test_row_order_inside_a_chunk_does_not_matter(corpus) -> None:  # type: igno
     results = []
     for shuffle in (None, 1, 2):
         con = engine.connect(threads=2)
-        idx = lsh.NearDedupIndex(con, CFG)
+        idx = band_index.NearDedupIndex(con, CFG)
         idx.create_schema()
         results.append(run(idx, corpus, [60, n], shuffle=shuffle))
         con.close()
     assert results[0] == results[1] == results[2]
 
 
-def test_match_and_add_are_idempotent(index: lsh.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
+def test_match_and_add_are_idempotent(index: band_index.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
     texts, sig, bands = corpus
     assert len(texts) > 120
-    first = lsh.chunk_table(lsh.make_doc_seq(0, np.arange(60)), [f"d{i}" for i in range(60)],
-                            sig.slice(0, 60), bands.slice(0, 60))
-    second = lsh.chunk_table(lsh.make_doc_seq(1, np.arange(60)),
-                             [f"d{i}" for i in range(60, 120)],
-                             sig.slice(60, 60), bands.slice(60, 60))
+    first = band_index.chunk_table(
+        band_index.make_doc_seq(0, np.arange(60)),
+        [f"d{i}" for i in range(60)],
+        sig.slice(0, 60),
+        bands.slice(0, 60),
+    )
+    second = band_index.chunk_table(
+        band_index.make_doc_seq(1, np.arange(60)),
+        [f"d{i}" for i in range(60, 120)],
+        sig.slice(60, 60),
+        bands.slice(60, 60),
+    )
     index.add_chunk(first, index.match_chunk(first))
     before = index.match_chunk(second)
     index.add_chunk(second, before)
@@ -166,50 +192,35 @@ def test_match_and_add_are_idempotent(index: lsh.NearDedupIndex, corpus) -> None
     assert n_bands == with_tokens * CFG.layout[0]
 
 
-def test_documents_without_tokens_are_left_out(index: lsh.NearDedupIndex) -> None:
+def test_documents_without_tokens_are_left_out(index: band_index.NearDedupIndex) -> None:
     texts = ["", "...", "", "a real document with more than five words in it"]
-    sig, bands = lsh.chunk_signatures(texts, CFG)
-    table = lsh.chunk_table(lsh.make_doc_seq(0, np.arange(4)), ["a", "b", "c", "d"], sig, bands)
+    sig, bands = signatures.chunk_signatures(texts, CFG)
+    table = band_index.chunk_table(
+        band_index.make_doc_seq(0, np.arange(4)), ["a", "b", "c", "d"], sig, bands
+    )
     result = index.match_chunk(table)
-    assert result["cluster_id"].to_pylist() == [None, None, None, int(lsh.make_doc_seq(0, [3])[0])]
+    assert result["cluster_id"].to_pylist() == [
+        None,
+        None,
+        None,
+        int(band_index.make_doc_seq(0, [3])[0]),
+    ]
     assert result["dup_of"].to_pylist() == [None] * 4
 
 
-def test_changed_settings_are_refused(index: lsh.NearDedupIndex) -> None:
-    other = lsh.NearDedupIndex(index.con, mh.MinHashConfig(threshold=0.7, seed=9))
+def test_changed_settings_are_refused(index: band_index.NearDedupIndex) -> None:
+    other = band_index.NearDedupIndex(index.con, mh.MinHashConfig(threshold=0.7, seed=9))
     with pytest.raises(LakeError, match="near-dedup index was built"):
         other.create_schema()
-    lsh.NearDedupIndex(index.con, CFG).create_schema()  # same settings: fine
+    band_index.NearDedupIndex(index.con, CFG).create_schema()  # same settings: fine
 
 
-def test_stats(index: lsh.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
+def test_stats(index: band_index.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
     run(index, corpus, [len(corpus[0])])
-    sizes = index.cluster_sizes()
+    sizes = index.con.execute(engine.q("dedup.cluster_sizes")).fetchall()
     assert sum(size * count for size, count in sizes) == int(
-        pa.compute.sum(pa.compute.is_valid(corpus[2])).as_py())
+        pa.compute.sum(pa.compute.is_valid(corpus[2])).as_py()
+    )
     top = index.largest_clusters(limit=3, samples=2)
     assert top.num_rows == 3
     assert all(len(s) == 2 for s in top["sample_ids"].to_pylist())
-
-
-def test_udfs_equal_the_numpy_path(corpus) -> None:  # type: ignore[no-untyped-def]
-    texts, sig, bands = corpus
-    con = engine.connect(threads=1)
-    try:
-        lsh.register_minhash_udf(con, CFG)
-        con.register("docs", pa.table({"text": texts}))
-        got = con.sql("SELECT minhash_signature(text) AS s, minhash_bands(minhash_signature(text)) "
-                      "AS b FROM docs").to_arrow_table()
-        assert got["s"].to_pylist() == sig.to_pylist()
-        assert got["b"].to_pylist() == bands.to_pylist()
-        # Token hashes made in SQL: a different (DuckDB) hash, the same shingle/permutation code.
-        sql_tokens = con.sql(
-            "SELECT minhash_signature_of_hashes(list_transform("
-            "string_split(text, ' '), lambda w: hash(w))) AS s FROM docs").to_arrow_table()
-        a = lsh._matrix(sql_tokens["s"], CFG.num_perm)
-        b = lsh._matrix(sig, CFG.num_perm)
-        close = mh.estimate_jaccard(a, a[::-1])  # sanity: shape and dtype
-        assert close.shape == (len(texts),)
-        assert (mh.is_empty(a) == mh.is_empty(b)).sum() >= len(texts) - 1
-    finally:
-        con.close()

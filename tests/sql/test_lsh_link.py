@@ -17,12 +17,13 @@ import pytest
 from helpers import as_global
 
 from lakecurate import engine
-from lakecurate.dedup import lsh
-from lakecurate.dedup import minhash as mh
 from lakecurate.errors import LakeError
+from lakecurate.steps.near import minhash as mh
+from lakecurate.steps.near import signatures
+from lakecurate.store import band_index
 
 CFG = mh.MinHashConfig(threshold=0.7)
-NEED = lsh.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
+NEED = band_index.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
 VOCAB = [f"w{i}" for i in range(5000)]
 
 Row = tuple[int, int | None, str | None]
@@ -56,7 +57,7 @@ def chain_corpus(seed: int = 3) -> list[str]:
 
 
 def columns(texts: list[str], cfg: mh.MinHashConfig = CFG) -> tuple[list[str], pa.Array, pa.Array]:
-    sig, bands = lsh.chunk_signatures(texts, cfg)
+    sig, bands = signatures.chunk_signatures(texts, cfg)
     return texts, sig, bands
 
 
@@ -65,36 +66,51 @@ def corpus() -> tuple[list[str], pa.Array, pa.Array]:
     return columns(chain_corpus())
 
 
-def new_index(link: lsh.Link, threads: int = 1,
-              cfg: mh.MinHashConfig = CFG) -> lsh.NearDedupIndex:
-    idx = lsh.NearDedupIndex(engine.connect(threads=threads), cfg, link=link)
+def new_index(
+    link: band_index.Link, threads: int = 1, cfg: mh.MinHashConfig = CFG
+) -> band_index.NearDedupIndex:
+    idx = band_index.NearDedupIndex(engine.connect(threads=threads), cfg, link=link)
     idx.create_schema()
     return idx
 
 
 @pytest.fixture
-def kept_index() -> Iterator[lsh.NearDedupIndex]:
+def kept_index() -> Iterator[band_index.NearDedupIndex]:
     idx = new_index("kept")
     yield idx
     idx.con.close()
 
 
-def run(idx: lsh.NearDedupIndex, corpus: tuple[list[str], pa.Array, pa.Array],
-        sizes: list[int], shuffle: int | None = None) -> list[Row]:
+def run(
+    idx: band_index.NearDedupIndex,
+    corpus: tuple[list[str], pa.Array, pa.Array],
+    sizes: list[int],
+    shuffle: int | None = None,
+) -> list[Row]:
     """Match and add the corpus chunk by chunk; rows as (position, cluster position, dup_of)."""
     texts, sig, bands = corpus
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     out: list[Row] = []
     for ordinal, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
         rows = np.arange(start, min(start + size, len(texts)))
-        table = lsh.chunk_table(lsh.make_doc_seq(ordinal, np.arange(len(rows))),
-                                [f"d{i}" for i in rows], sig.take(rows), bands.take(rows))
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
+            [f"d{i}" for i in rows],
+            sig.take(rows),
+            bands.take(rows),
+        )
         if shuffle is not None:
             table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
         result = idx.match_chunk(table)
         idx.add_chunk(table, result)
-        out.extend(zip(result["doc_seq"].to_pylist(), result["cluster_id"].to_pylist(),
-                       result["dup_of"].to_pylist(), strict=True))
+        out.extend(
+            zip(
+                result["doc_seq"].to_pylist(),
+                result["cluster_id"].to_pylist(),
+                result["dup_of"].to_pylist(),
+                strict=True,
+            )
+        )
     return as_global(out, sizes)
 
 
@@ -113,7 +129,7 @@ def reference(texts: list[str], link: str, cfg: mh.MinHashConfig = CFG) -> list[
     sig = mh.signatures_of_texts(texts, cfg)
     bands = mh.band_hashes(sig, *cfg.layout)
     empty = mh.is_empty(sig)
-    need = lsh.NearDedupIndex(None, cfg).min_matches  # type: ignore[arg-type]
+    need = band_index.NearDedupIndex(None, cfg).min_matches  # type: ignore[arg-type]
 
     def near(i: int, j: int) -> bool:
         return int((sig[i] == sig[j]).sum()) >= need
@@ -124,8 +140,11 @@ def reference(texts: list[str], link: str, cfg: mh.MinHashConfig = CFG) -> list[
         if empty[i]:
             out.append((i, None, None))
             continue
-        clusters = {label[j] for j in range(i)
-                    if not empty[j] and (bands[i] == bands[j]).any() and near(i, j)}
+        clusters = {
+            label[j]
+            for j in range(i)
+            if not empty[j] and (bands[i] == bands[j]).any() and near(i, j)
+        }
         if link == "kept":
             clusters = {c for c in clusters if near(i, c)}
         label[i] = min(clusters | {i})
@@ -148,11 +167,14 @@ def chain_of_three() -> tuple[list[str], mh.U32]:
 
 def test_the_chain_is_what_it_claims() -> None:
     _, sig = chain_of_three()
-    est = {(i, j): float(mh.estimate_jaccard(sig[i:i + 1], sig[j:j + 1])[0])
-           for i in range(4) for j in range(i + 1, 4)}
+    est = {
+        (i, j): float(mh.estimate_jaccard(sig[i : i + 1], sig[j : j + 1])[0])
+        for i in range(4)
+        for j in range(i + 1, 4)
+    }
     assert min(est[0, 1], est[1, 2]) >= CFG.threshold + 0.05  # A~B, B~C (0.79, 0.80)
-    assert est[0, 2] < CFG.threshold - 0.05                   # A and C far apart (0.64)
-    assert est[0, 3] >= CFG.threshold + 0.05                  # D~A (0.93)
+    assert est[0, 2] < CFG.threshold - 0.05  # A and C far apart (0.64)
+    assert est[0, 3] >= CFG.threshold + 0.05  # D~A (0.93)
     bands = mh.band_hashes(sig, *CFG.layout)
     assert (bands[0] == bands[1]).any() and (bands[1] == bands[2]).any()
     assert (bands[0] == bands[3]).any()
@@ -182,8 +204,11 @@ def test_kept_only_drops_documents_near_their_kept_one(kept_index, corpus) -> No
     for i, c in dups:
         assert int((sig[i] == sig[c]).sum()) >= NEED, (i, c)
     # and the corpus has chains that "any" would have followed past the threshold
-    chained = [(i, c) for i, c, d in reference(texts, "any") if d is not None
-               and int((sig[i] == sig[c]).sum()) < NEED]
+    chained = [
+        (i, c)
+        for i, c, d in reference(texts, "any")
+        if d is not None and int((sig[i] == sig[c]).sum()) < NEED
+    ]
     assert chained
 
 
@@ -193,7 +218,7 @@ def test_batch_matches_the_reference(kept_index, corpus) -> None:  # type: ignor
     got = run(kept_index, corpus, [len(texts)])
     assert got == reference(texts, "kept")
     assert got != reference(texts, "any")  # the rules really differ on this corpus
-    assert kept_index.rounds >= 2          # chains longer than one hop inside the chunk
+    assert kept_index.rounds >= 2  # chains longer than one hop inside the chunk
 
 
 @pytest.mark.parametrize("sizes", [[3], [7], [*[1] * 30, 50], [50, 1, 100, 200], [33, 120]])
@@ -221,9 +246,15 @@ def test_a_retried_chunk_gets_the_same_answer(kept_index, corpus) -> None:  # ty
     """An interrupted commit: the chunk is already in the index (add_chunk ran, the state
     transaction did not finish) and is matched again, then added again."""
     texts, sig, bands = corpus
-    tables = [lsh.chunk_table(lsh.make_doc_seq(k, np.arange(80)),
-                              [f"d{i}" for i in range(80 * k, 80 * k + 80)],
-                              sig.slice(80 * k, 80), bands.slice(80 * k, 80)) for k in range(2)]
+    tables = [
+        band_index.chunk_table(
+            band_index.make_doc_seq(k, np.arange(80)),
+            [f"d{i}" for i in range(80 * k, 80 * k + 80)],
+            sig.slice(80 * k, 80),
+            bands.slice(80 * k, 80),
+        )
+        for k in range(2)
+    ]
     kept_index.add_chunk(tables[0], kept_index.match_chunk(tables[0]))
     before = kept_index.match_chunk(tables[1])
     kept_index.add_chunk(tables[1], before)
@@ -233,18 +264,19 @@ def test_a_retried_chunk_gets_the_same_answer(kept_index, corpus) -> None:  # ty
     assert n_docs == int(pa.compute.sum(pa.compute.is_valid(bands.slice(0, 160))).as_py())
     rows = run(new_index("kept"), (texts[:160], sig.slice(0, 160), bands.slice(0, 160)), [160])
     assert [c for _, c, _ in rows[80:]] == [
-        None if c is None else lsh.split_doc_seq(c)[0] * 80 + lsh.split_doc_seq(c)[1]
-        for c in before["cluster_id"].to_pylist()]
+        None if c is None else band_index.split_doc_seq(c)[0] * 80 + band_index.split_doc_seq(c)[1]
+        for c in before["cluster_id"].to_pylist()
+    ]
 
 
 # -- the rule is part of the index -------------------------------------------------------------
 @pytest.mark.parametrize(("built", "now"), [("any", "kept"), ("kept", "any")])
-def test_an_index_refuses_the_other_rule(built: lsh.Link, now: lsh.Link) -> None:
+def test_an_index_refuses_the_other_rule(built: band_index.Link, now: band_index.Link) -> None:
     idx = new_index(built)
     try:
         with pytest.raises(LakeError, match=f'link = "{built}", the config now gives "{now}"'):
-            lsh.NearDedupIndex(idx.con, CFG, link=now).create_schema()
-        lsh.NearDedupIndex(idx.con, CFG, link=built).create_schema()  # the same rule: fine
+            band_index.NearDedupIndex(idx.con, CFG, link=now).create_schema()
+        band_index.NearDedupIndex(idx.con, CFG, link=built).create_schema()  # the same rule: fine
     finally:
         idx.con.close()
 
@@ -254,14 +286,14 @@ def test_an_index_from_before_the_rule_was_recorded_is_any() -> None:
     try:
         idx.con.execute("DELETE FROM minhash_meta WHERE key = 'link'")  # as older versions wrote
         with pytest.raises(LakeError, match=r'built with \[near_dedup\]\.link = "any"'):
-            lsh.NearDedupIndex(idx.con, CFG, link="kept").create_schema()
-        lsh.NearDedupIndex(idx.con, CFG, link="any").create_schema()
+            band_index.NearDedupIndex(idx.con, CFG, link="kept").create_schema()
+        band_index.NearDedupIndex(idx.con, CFG, link="any").create_schema()
     finally:
         idx.con.close()
 
 
 def test_kept_needs_verification_and_a_known_rule() -> None:
     with pytest.raises(LakeError, match="needs verify = true"):
-        lsh.NearDedupIndex(None, mh.MinHashConfig(verify=False), link="kept")  # type: ignore[arg-type]
+        band_index.NearDedupIndex(None, mh.MinHashConfig(verify=False), link="kept")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="link must be one of"):
-        lsh.NearDedupIndex(None, CFG, link="all")  # type: ignore[arg-type]
+        band_index.NearDedupIndex(None, CFG, link="all")  # type: ignore[arg-type]

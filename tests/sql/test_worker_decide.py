@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakecurate import chunking, worker
+from lakecurate.ingest import chunking, worker
+from lakecurate.ingest import staging as staged_file
 from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, Format, WorkOrder
 
 
@@ -28,8 +29,9 @@ def _plan(path: Path, chunk_size: int = 1 << 30) -> list[ChunkSpec]:
     return chunking.plan_file(str(path), Format.JSONL, chunk_size)[1]
 
 
-def _process(tmp_path: Path, lines: list[bytes], *, exact: bool = True,
-             name: str = "w.jsonl") -> tuple[ChunkResult, list[dict[str, Any]]]:
+def _process(
+    tmp_path: Path, lines: list[bytes], *, exact: bool = True, name: str = "w.jsonl"
+) -> tuple[ChunkResult, list[dict[str, Any]]]:
     """Write ``lines`` as one JSONL chunk, process it; the result and the staged rows."""
     path = tmp_path / name
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -48,15 +50,16 @@ def _md5(s: str) -> str:
 def test_normalisation_gives_variants_the_same_hash(tmp_path: Path) -> None:
     variants = [
         "Café au lait\nzweite Zeile",
-        "Cafe\u0301 au lait\nzweite Zeile",       # NFD -> NFC
-        "Café au lait\r\nzweite Zeile",            # CRLF -> LF
-        "Café au lait\rzweite Zeile",              # lone CR -> LF
-        "  \tCafé au lait\nzweite Zeile \n\n",     # outer whitespace
+        "Cafe\u0301 au lait\nzweite Zeile",  # NFD -> NFC
+        "Café au lait\r\nzweite Zeile",  # CRLF -> LF
+        "Café au lait\rzweite Zeile",  # lone CR -> LF
+        "  \tCafé au lait\nzweite Zeile \n\n",  # outer whitespace
         "\u00a0\u3000Café au lait\nzweite Zeile\u2028",  # Unicode outer whitespace
         "\r\n Cafe\u0301 au lait\r\nzweite Zeile\r\n",
     ]
-    result, rows = _process(tmp_path, [_line(v, f"v{i}") for i, v in enumerate(variants)],
-                            exact=False)
+    result, rows = _process(
+        tmp_path, [_line(v, f"v{i}") for i, v in enumerate(variants)], exact=False
+    )
     norm = "Café au lait\nzweite Zeile"
     assert [r["text"] for r in rows] == [norm] * len(variants)
     assert {r["content_hash"] for r in rows} == {_md5(norm)}
@@ -92,15 +95,15 @@ def test_empty_and_whitespace_only_text_is_filtered(tmp_path: Path, exact: bool)
 
 def test_within_chunk_duplicates_keep_the_first_line(tmp_path: Path) -> None:
     lines = [
-        _line("alpha", "a1"),      # 1
-        _line("beta", "b1"),       # 2
-        _line("alpha", "a2"),      # 3 dup of a1
-        b"{broken",                # 4
-        _line(" alpha\n", "a3"),   # 5 dup of a1 after normalisation
-        _line("beta", "b2"),       # 6 dup of b1
-        _line("gamma"),            # 7 no id
-        _line("gamma", "g2"),      # 8 dup of w.jsonl:7
-        _line("alpha", "a1"),      # 9 same id again, still a dup
+        _line("alpha", "a1"),  # 1
+        _line("beta", "b1"),  # 2
+        _line("alpha", "a2"),  # 3 dup of a1
+        b"{broken",  # 4
+        _line(" alpha\n", "a3"),  # 5 dup of a1 after normalisation
+        _line("beta", "b2"),  # 6 dup of b1
+        _line("gamma"),  # 7 no id
+        _line("gamma", "g2"),  # 8 dup of w.jsonl:7
+        _line("alpha", "a1"),  # 9 same id again, still a dup
     ]
     result, rows = _process(tmp_path, lines)
     got = [(r["id"], r["kept"], r["reason"], r["dup_of"]) for r in rows]
@@ -147,9 +150,20 @@ def test_dedup_is_per_chunk(tmp_path: Path) -> None:
 
 def test_funnel_adds_up(tmp_path: Path) -> None:
     lines = [
-        _line("one", "1"), _line("two", "2"), _line("one", "3"), b"", b"   ",
-        _line(""), _line("  "), b"[1]", b'{"text": 5}', b"\xff", _line("two"), _line("three"),
-        b'{"no": "text"}', _line("one"),
+        _line("one", "1"),
+        _line("two", "2"),
+        _line("one", "3"),
+        b"",
+        b"   ",
+        _line(""),
+        _line("  "),
+        b"[1]",
+        b'{"text": 5}',
+        b"\xff",
+        _line("two"),
+        _line("three"),
+        b'{"no": "text"}',
+        _line("one"),
     ]
     result, rows = _process(tmp_path, lines)
     assert result.blank_lines == 2
@@ -157,16 +171,24 @@ def test_funnel_adds_up(tmp_path: Path) -> None:
     assert result.rows_in == result.rows_kept + result.rows_dropped + result.rows_malformed
     assert (result.rows_kept, result.rows_dropped, result.rows_malformed) == (3, 5, 4)
     assert result.rows_kept == sum(r["kept"] for r in rows)
-    assert result.rows_malformed == sum(r["reason"].startswith("malformed:") for r in rows
-                                        if r["reason"])
+    assert result.rows_malformed == sum(
+        r["reason"].startswith("malformed:") for r in rows if r["reason"]
+    )
     n, m, e, d = result.rows_in, 4, 2, 3
-    assert result.filter_stats == [("parse", n, m), ("filter:empty", n - m, e),
-                                   ("exact_dup:chunk", n - m - e, d)]
+    assert result.filter_stats == [
+        ("parse", n, m),
+        ("filter:empty", n - m, e),
+        ("exact_dup:chunk", n - m - e, d),
+    ]
     step_in, dropped = result.filter_stats[-1][1:]
     assert step_in - dropped == result.rows_kept
     malformed = sorted(r["reason"] for r in rows if r["reason"] and "malformed" in r["reason"])
-    assert malformed == ["malformed:invalid_utf8", "malformed:missing_text",
-                         "malformed:not_object", "malformed:text_not_string"]
+    assert malformed == [
+        "malformed:invalid_utf8",
+        "malformed:missing_text",
+        "malformed:not_object",
+        "malformed:text_not_string",
+    ]
 
 
 def test_malformed_rows_keep_raw_and_error(tmp_path: Path) -> None:
@@ -192,32 +214,40 @@ def test_staged_file_is_final_and_carries_the_result(tmp_path: Path) -> None:
     assert path == staging / f"{spec.chunk_key}.c.parquet"
     assert path.is_file()
     assert os.listdir(staging) == [path.name]  # no .tmp_ leftovers
-    assert worker.read_staged_result(path) == result
+    assert staged_file.read_staged_result(path) == result
     assert result.chunk_key == spec.chunk_key
     assert result.input_sha256 == spec.input_sha256
     assert result.config_hash == "c"
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == DOCUMENT_SCHEMA
     for r in rows:
-        assert (r["chunk_key"], r["source_path"], r["input_sha256"], r["run_id"],
-                r["config_hash"]) == (spec.chunk_key, spec.source_path, spec.input_sha256,
-                                      "r", "c")
+        assert (
+            r["chunk_key"],
+            r["source_path"],
+            r["input_sha256"],
+            r["run_id"],
+            r["config_hash"],
+        ) == (spec.chunk_key, spec.source_path, spec.input_sha256, "r", "c")
         assert r["lang"] is None
     assert [json.loads(r["meta"]) for r in rows] == [{"url": f"u{i}"} for i in range(30)]
     # processing the same chunk again replaces the file, atomically, with the same content
-    again = worker.process_chunk(spec, WorkOrder(staging_dir=str(staging), run_id="r",
-                                                 config_hash="c"))
+    again = worker.process_chunk(
+        spec, WorkOrder(staging_dir=str(staging), run_id="r", config_hash="c")
+    )
     assert os.listdir(staging) == [path.name]
     assert pq.read_table(path).to_pylist() == rows
     assert (again.rows_in, again.rows_kept, again.filter_stats) == (
-        result.rows_in, result.rows_kept, result.filter_stats)
+        result.rows_in,
+        result.rows_kept,
+        result.filter_stats,
+    )
 
 
 def test_read_staged_result_of_missing_or_foreign_file(tmp_path: Path) -> None:
-    assert worker.read_staged_result(tmp_path / "absent.parquet") is None
+    assert staged_file.read_staged_result(tmp_path / "absent.parquet") is None
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(pa.table({"x": [1]}), foreign)
-    assert worker.read_staged_result(foreign) is None
+    assert staged_file.read_staged_result(foreign) is None
 
 
 def test_rows_are_ordered_by_source_line(tmp_path: Path) -> None:
@@ -252,8 +282,9 @@ def test_source_lines_of_a_later_chunk(tmp_path: Path) -> None:
 
 def test_cjk_without_spaces(tmp_path: Path) -> None:
     cjk = "日本語のテキストには空白がありません。中文也没有空格。한국어"
-    _, rows = _process(tmp_path, [_line(cjk, "j1"), _line(f"\u3000{cjk}\n", "j2"),
-                                  _line(cjk + "。", "j3")])
+    _, rows = _process(
+        tmp_path, [_line(cjk, "j1"), _line(f"\u3000{cjk}\n", "j2"), _line(cjk + "。", "j3")]
+    )
     assert rows[0]["text"] == cjk
     assert rows[0]["content_hash"] == _md5(cjk)
     assert (rows[1]["reason"], rows[1]["dup_of"]) == ("exact_dup", "j1")
@@ -263,8 +294,9 @@ def test_cjk_without_spaces(tmp_path: Path) -> None:
 def test_one_very_long_line(tmp_path: Path) -> None:
     long_text = ("lorem ipsum dolor sit amet " * 40_000)[:1_000_000]
     assert len(long_text) == 1_000_000
-    result, rows = _process(tmp_path, [_line("short", "s"), _line(long_text, "big"),
-                                       _line(long_text, "big2")])
+    result, rows = _process(
+        tmp_path, [_line("short", "s"), _line(long_text, "big"), _line(long_text, "big2")]
+    )
     assert rows[1]["text"] == long_text.strip()
     assert rows[1]["kept"] is True
     assert rows[1]["content_hash"] == _md5(long_text.strip())

@@ -18,8 +18,9 @@ from helpers import cli_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakecurate import bloom
-from lakecurate.bloom import (
+from lakecurate.errors import LakecurateError
+from lakecurate.store import bloom
+from lakecurate.store.bloom import (
     MAGIC,
     BloomFileError,
     BloomFilter,
@@ -28,7 +29,6 @@ from lakecurate.bloom import (
     hash_keys,
     load,
 )
-from lakecurate.errors import LakecurateError
 
 # Text including lone surrogates (hypothesis leaves category Cs out unless asked), the empty string
 # and bytes, mixed in one batch.
@@ -53,14 +53,19 @@ def test_no_false_negative(keys: list[str | bytes], p: float) -> None:
 
 
 @FAST
-@given(keys=st.lists(KEY, min_size=1, max_size=600), initial_n=st.integers(1, 20),
-       growth=st.sampled_from([1.0, 1.5, 2.0, 4.0]), batches=st.integers(1, 5))
-def test_no_false_negative_across_growth(keys: list[str | bytes], initial_n: int, growth: float,
-                                         batches: int) -> None:
+@given(
+    keys=st.lists(KEY, min_size=1, max_size=600),
+    initial_n=st.integers(1, 20),
+    growth=st.sampled_from([1.0, 1.5, 2.0, 4.0]),
+    batches=st.integers(1, 5),
+)
+def test_no_false_negative_across_growth(
+    keys: list[str | bytes], initial_n: int, growth: float, batches: int
+) -> None:
     f = ScalableBloomFilter(initial_n, 0.01, growth=growth)
     step = -(-len(keys) // batches)
     for start in range(0, len(keys), step):
-        f.add(keys[start:start + step])
+        f.add(keys[start : start + step])
     assert f.might_contain(keys).all()
     assert len(f) == len(keys)
     if len(keys) > initial_n:
@@ -71,11 +76,12 @@ def test_no_false_negative_across_growth(keys: list[str | bytes], initial_n: int
 
 @FAST
 @given(keys=KEYS, more=KEYS, scalable=st.booleans())
-def test_no_false_negative_across_save_load_and_top_up(keys: list[str | bytes],
-                                                       more: list[str | bytes],
-                                                       scalable: bool) -> None:
-    f: BloomFilter | ScalableBloomFilter = (ScalableBloomFilter(8, 0.01) if scalable
-                                            else BloomFilter(max(1, len(keys)), 0.01))
+def test_no_false_negative_across_save_load_and_top_up(
+    keys: list[str | bytes], more: list[str | bytes], scalable: bool
+) -> None:
+    f: BloomFilter | ScalableBloomFilter = (
+        ScalableBloomFilter(8, 0.01) if scalable else BloomFilter(max(1, len(keys)), 0.01)
+    )
     f.add(keys)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "ids.bloom"
@@ -98,8 +104,9 @@ def test_no_false_negative_across_save_load_and_top_up(keys: list[str | bytes],
 
 
 @FAST
-@given(words=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
-                      max_size=300))
+@given(
+    words=st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=300)
+)
 def test_precomputed_hashes(words: list[tuple[int, int]]) -> None:
     hashes = np.array(words, dtype=np.uint64).reshape(-1, 2)
     f = ScalableBloomFilter(16, 0.01)
@@ -228,11 +235,23 @@ def test_scalable_rate_stays_below_p_after_growth() -> None:
 
 
 # -- parameter errors -------------------------------------------------------------------------
-@pytest.mark.parametrize(("n", "p", "name"), [
-    (0, 0.01, "n"), (-5, 0.01, "n"), (10.5, 0.01, "n"), (math.inf, 0.01, "n"), (True, 0.01, "n"),
-    (10, 0.0, "p"), (10, 1.0, "p"), (10, -0.1, "p"), (10, 1.5, "p"), (10, math.nan, "p"),
-    (10, math.inf, "p"), (10, "0.1", "p"),
-])
+@pytest.mark.parametrize(
+    ("n", "p", "name"),
+    [
+        (0, 0.01, "n"),
+        (-5, 0.01, "n"),
+        (10.5, 0.01, "n"),
+        (math.inf, 0.01, "n"),
+        (True, 0.01, "n"),
+        (10, 0.0, "p"),
+        (10, 1.0, "p"),
+        (10, -0.1, "p"),
+        (10, 1.5, "p"),
+        (10, math.nan, "p"),
+        (10, math.inf, "p"),
+        (10, "0.1", "p"),
+    ],
+)
 def test_parameter_errors(n: object, p: object, name: str) -> None:
     for make in (BloomFilter, ScalableBloomFilter, BloomFilter.size_for):
         with pytest.raises(BloomParameterError) as info:
@@ -244,11 +263,17 @@ def test_parameter_errors(n: object, p: object, name: str) -> None:
         assert ("(0, 1)" in message) if name == "p" else ("positive integer" in message)
 
 
-@pytest.mark.parametrize(("kwargs", "word"), [
-    ({"growth": 0.5}, "growth"), ({"growth": math.nan}, "growth"), ({"tightening": 0.0},
-                                                                    "tightening"),
-    ({"tightening": 1.0}, "tightening"), ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "word"),
+    [
+        ({"growth": 0.5}, "growth"),
+        ({"growth": math.nan}, "growth"),
+        ({"tightening": 0.0}, "tightening"),
+        ({"tightening": 1.0}, "tightening"),
+        ({"seed": -1}, "seed"),
+        ({"seed": 2**32}, "seed"),
+    ],
+)
 def test_scalable_parameter_errors(kwargs: dict[str, float], word: str) -> None:
     with pytest.raises(BloomParameterError, match=word):
         ScalableBloomFilter(10, 0.01, **kwargs)  # type: ignore[arg-type]
@@ -308,11 +333,20 @@ def test_replacing_a_file_leaves_mapped_readers_intact(saved: Path) -> None:
 
 def test_other_processes_read_the_same_file(saved: Path) -> None:
     """Two processes map one file read-only while this one replaces it: all answer exactly."""
-    script = ("import sys; from lakecurate.bloom import load; f, w = load(sys.argv[1]); "
-              "assert w == 1234; assert f.might_contain([f'doc-{i}' for i in range(200)]).all(); "
-              "print(int(f.might_contain([f'x-{i}' for i in range(1000)]).sum()))")
-    readers = [subprocess.Popen([sys.executable, "-c", script, str(saved)], env=cli_env(),
-                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    script = (
+        "import sys; from lakecurate.store.bloom import load; f, w = load(sys.argv[1]); "
+        "assert w == 1234; assert f.might_contain([f'doc-{i}' for i in range(200)]).all(); "
+        "print(int(f.might_contain([f'x-{i}' for i in range(1000)]).sum()))"
+    )
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(saved)],
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     mine, _ = load(saved)
     mine.save(saved, watermark=1234)  # atomic replace under the readers' feet
     outputs = [r.communicate(timeout=120)[0] for r in readers]

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from lakecurate import chunking
 from lakecurate.errors import InputError
+from lakecurate.ingest import chunking
 from lakecurate.types import ChunkSpec, Format
 
 KEY = re.compile(r"^(?P<stem>[A-Za-z0-9._-]+)_(?P<index>\d{5})_(?P<hex>[0-9a-f]{8})$")
@@ -31,7 +31,8 @@ def _lines(n: int, seed: int = 1) -> bytes:
     """``n`` JSONL lines of varied lengths."""
     rng = random.Random(seed)
     return b"".join(
-        b'{"id": %d, "text": "%s"}\n' % (i, b"w" * rng.randint(0, 120)) for i in range(n))
+        b'{"id": %d, "text": "%s"}\n' % (i, b"w" * rng.randint(0, 120)) for i in range(n)
+    )
 
 
 def _plan(path: Path, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
@@ -50,13 +51,13 @@ def _check_jsonl(path: Path, sha: str, specs: list[ChunkSpec], chunk_size: int) 
     for i, s in enumerate(specs):
         assert s.byte_start is not None
         assert s.byte_end is not None
-        piece = data[s.byte_start:s.byte_end]
+        piece = data[s.byte_start : s.byte_end]
         if i + 1 < len(specs):
             assert specs[i + 1].byte_start == s.byte_end  # contiguous
             assert piece.endswith(b"\n")
             assert len(piece) >= chunk_size
             # the cut is the first newline at or after the target size, not a later one
-            assert b"\n" not in piece[chunk_size - 1:-1]
+            assert b"\n" not in piece[chunk_size - 1 : -1]
         assert piece, "no empty chunks"
         assert s.chunk_index == i
         assert s.format is Format.JSONL
@@ -65,8 +66,7 @@ def _check_jsonl(path: Path, sha: str, specs: list[ChunkSpec], chunk_size: int) 
         assert s.first_line == data[: s.byte_start].count(b"\n") + 1
         assert s.input_bytes == len(piece)
         assert s.input_sha256 == hashlib.sha256(piece).hexdigest()
-        assert s.chunk_key == chunking.chunk_key(stem, i, str(path), s.first_line,
-                                                 s.input_sha256)
+        assert s.chunk_key == chunking.chunk_key(stem, i, str(path), s.first_line, s.input_sha256)
         assert s.row_group_start is None
         assert s.row_group_end is None
 
@@ -103,8 +103,9 @@ def test_discover_explicit_files_and_folders_are_merged_once(tmp_path: Path) -> 
     assert found == [(str(f), Format.JSONL), (str(g), Format.JSONL)]
 
 
-def test_discover_relative_paths_become_absolute(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_discover_relative_paths_become_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     f = _touch(tmp_path / "rel.jsonl")
     monkeypatch.chdir(tmp_path)
     assert chunking.discover(["rel.jsonl"]) == [(str(f), Format.JSONL)]
@@ -208,8 +209,9 @@ def test_appending_changes_only_the_tail(tmp_path: Path) -> None:
     _check_jsonl(path, new_sha, new, chunk_size)
     assert len(new) > len(old)
     n = len(old) - 1
-    assert [(s.chunk_key, s.byte_start, s.byte_end, s.first_line) for s in new[:n]] == \
-        [(s.chunk_key, s.byte_start, s.byte_end, s.first_line) for s in old[:n]]
+    assert [(s.chunk_key, s.byte_start, s.byte_end, s.first_line) for s in new[:n]] == [
+        (s.chunk_key, s.byte_start, s.byte_end, s.first_line) for s in old[:n]
+    ]
     assert new[n].chunk_key != old[n].chunk_key
     assert new[n].byte_start == old[n].byte_start
     assert new_sha != old_sha
@@ -232,8 +234,8 @@ def test_file_without_trailing_newline(tmp_path: Path) -> None:
     path = _touch(tmp_path / "open.jsonl", data)
     sha, specs = _plan(path, 300)
     _check_jsonl(path, sha, specs, 300)
-    assert not data[specs[-1].byte_start:specs[-1].byte_end].endswith(b"\n")
-    last = data[specs[-1].byte_start:]
+    assert not data[specs[-1].byte_start : specs[-1].byte_end].endswith(b"\n")
+    last = data[specs[-1].byte_start :]
     assert specs[-1].first_line + last.count(b"\n") == 50  # the last line is line 50
 
 
@@ -266,15 +268,17 @@ def test_unsafe_characters_in_the_stem_are_replaced(tmp_path: Path) -> None:
     assert m is not None
     assert m.group("stem") == "my_data_v2_"
     assert m.group("index") == "00000"
-    assert specs[0].chunk_key == chunking.chunk_key("my_data_v2_", 0, str(path), 1,
-                                                    specs[0].input_sha256)
+    assert specs[0].chunk_key == chunking.chunk_key(
+        "my_data_v2_", 0, str(path), 1, specs[0].input_sha256
+    )
 
 
 # --- plan_file: compressed JSONL -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "fmt"), [("web.jsonl.gz", Format.JSONL_GZ),
-                                           ("web.jsonl.zst", Format.JSONL_ZST)])
+@pytest.mark.parametrize(
+    ("name", "fmt"), [("web.jsonl.gz", Format.JSONL_GZ), ("web.jsonl.zst", Format.JSONL_ZST)]
+)
 def test_compressed_jsonl_is_one_chunk(tmp_path: Path, name: str, fmt: Format) -> None:
     raw = _lines(2000)
     data = gzip.compress(raw) if fmt is Format.JSONL_GZ else zstandard.compress(raw)
@@ -318,15 +322,17 @@ def _check_parquet(path: Path, sha: str, specs: list[ChunkSpec]) -> None:
         if i + 1 < len(specs):
             assert specs[i + 1].row_group_start == s.row_group_end
         assert s.first_line == rows_before + 1
-        rows_before += sum(md.row_group(g).num_rows for g in range(s.row_group_start,
-                                                                   s.row_group_end))
+        rows_before += sum(
+            md.row_group(g).num_rows for g in range(s.row_group_start, s.row_group_end)
+        )
         assert s.format is Format.PARQUET
         assert s.chunk_index == i
         assert s.source_sha256 == sha
         assert s.byte_start is None
         assert s.input_bytes > 0
-        assert s.chunk_key == chunking.chunk_key(path.name[:-len('.parquet')], i, str(path),
-                                                 s.first_line, s.input_sha256)
+        assert s.chunk_key == chunking.chunk_key(
+            path.name[: -len(".parquet")], i, str(path), s.first_line, s.input_sha256
+        )
     assert rows_before == md.num_rows
 
 
@@ -335,8 +341,7 @@ def test_parquet_one_chunk_per_row_group_with_a_tiny_chunk_size(tmp_path: Path) 
     _write_parquet(path, [f"text {i}" for i in range(35)], row_group_size=10)
     sha, specs = _plan(path, 1)
     _check_parquet(path, sha, specs)
-    assert [(s.row_group_start, s.row_group_end) for s in specs] == [(0, 1), (1, 2), (2, 3),
-                                                                     (3, 4)]
+    assert [(s.row_group_start, s.row_group_end) for s in specs] == [(0, 1), (1, 2), (2, 3), (3, 4)]
     assert [s.first_line for s in specs] == [1, 11, 21, 31]
     assert len({s.chunk_key for s in specs}) == 4
 
@@ -362,8 +367,12 @@ def test_parquet_changing_one_row_group_changes_only_its_key(tmp_path: Path) -> 
     _write_parquet(path, texts, row_group_size=10)
     new_sha, new = _plan(path, 1)
     _check_parquet(path, new_sha, new)
-    assert [a.chunk_key == b.chunk_key for a, b in zip(old, new, strict=True)] == \
-        [True, False, True, True]
+    assert [a.chunk_key == b.chunk_key for a, b in zip(old, new, strict=True)] == [
+        True,
+        False,
+        True,
+        True,
+    ]
     assert new_sha != old_sha
 
 

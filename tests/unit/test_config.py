@@ -28,27 +28,47 @@ def test_empty_sections_give_the_defaults() -> None:
     assert config.from_dict({"ingest": {}, "dedup": {}}) == Config()
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    ("256MiB", 256 * 1024**2),
-    ("1GB", 1000**3),
-    ("1gib", 1024**3),
-    ("64KiB", 64 * 1024),
-    ("10kb", 10_000),
-    ("1.5KB", 1500),
-    (" 2 MB ", 2_000_000),
-    ("123", 123),
-    ("7B", 7),
-    (1000, 1000),
-    (1, 1),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("256MiB", 256 * 1024**2),
+        ("1GB", 1000**3),
+        ("1gib", 1024**3),
+        ("64KiB", 64 * 1024),
+        ("10kb", 10_000),
+        ("1.5KB", 1500),
+        (" 2 MB ", 2_000_000),
+        ("123", 123),
+        ("7B", 7),
+        (1000, 1000),
+        (1, 1),
+    ],
+)
 def test_parse_size_accepts(value: object, expected: int) -> None:
     assert config.parse_size(value, "[ingest].chunk_size") == expected
 
 
-@pytest.mark.parametrize("value", [
-    0, -1, "0", "0MB", "0.4B", "-1MB", "", "MB", "12 parsecs", "1TB", "1e6", "1,000",
-    1.5, True, None, [1],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -1,
+        "0",
+        "0MB",
+        "0.4B",
+        "-1MB",
+        "",
+        "MB",
+        "12 parsecs",
+        "1TB",
+        "1e6",
+        "1,000",
+        1.5,
+        True,
+        None,
+        [1],
+    ],
+)
 def test_parse_size_rejects(value: object) -> None:
     with pytest.raises(ConfigError) as exc:
         config.parse_size(value, "[ingest].chunk_size")
@@ -63,15 +83,29 @@ def test_chunk_size_from_dict() -> None:
         config.from_dict({"ingest": {"chunk_size": "lots"}})
 
 
-@pytest.mark.parametrize(("data", "key", "allowed"), [
-    ({"ingets": {}}, "ingets", ["dedup", "ingest"]),
-    ({"ingest": {"chunksize": 5}}, "chunksize",
-     ["chunk_size", "chunk_timeout", "heartbeat_timeout", "max_attempts",
-      "max_compressed_chunk_bytes", "retry_backoff", "workers"]),
-    ({"dedup": {"fuzzy": True}}, "fuzzy", ["exact"]),
-])
-def test_unknown_keys_are_named_with_the_allowed_ones(data: dict[str, object], key: str,
-                                                      allowed: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("data", "key", "allowed"),
+    [
+        ({"ingets": {}}, "ingets", ["dedup", "ingest"]),
+        (
+            {"ingest": {"chunksize": 5}},
+            "chunksize",
+            [
+                "chunk_size",
+                "chunk_timeout",
+                "heartbeat_timeout",
+                "max_attempts",
+                "max_compressed_chunk_bytes",
+                "retry_backoff",
+                "workers",
+            ],
+        ),
+        ({"dedup": {"fuzzy": True}}, "fuzzy", ["exact"]),
+    ],
+)
+def test_unknown_keys_are_named_with_the_allowed_ones(
+    data: dict[str, object], key: str, allowed: list[str]
+) -> None:
     with pytest.raises(ConfigError) as exc:
         config.from_dict(data)
     msg = str(exc.value)
@@ -121,8 +155,9 @@ def test_bad_exact(value: object) -> None:
 
 def test_load_reads_a_file(tmp_path: Path) -> None:
     path = tmp_path / "lakecurate.toml"
-    path.write_text('[ingest]\nchunk_size = "1MiB"\nworkers = 4\n\n[dedup]\nexact = false\n',
-                    encoding="utf-8")
+    path.write_text(
+        '[ingest]\nchunk_size = "1MiB"\nworkers = 4\n\n[dedup]\nexact = false\n', encoding="utf-8"
+    )
     cfg = config.load(path)
     assert cfg.ingest.chunk_size == 1024**2
     assert cfg.ingest.workers == 4
@@ -153,14 +188,19 @@ def test_load_reports_unknown_key_from_file(tmp_path: Path) -> None:
         config.load(path)
 
 
-@pytest.mark.parametrize("cfg", [
-    Config(),
-    Config(IngestConfig(chunk_size=65536, max_attempts=1, retry_backoff=0.05, workers=8),
-           DedupConfig(exact=False)),
-    Config(IngestConfig(chunk_size=1, max_attempts=99, retry_backoff=0.0, workers=0)),
-    Config(IngestConfig(chunk_size=5 * 1024**4, retry_backoff=1e-05)),
-    Config(IngestConfig(retry_backoff=12345.678)),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        Config(),
+        Config(
+            IngestConfig(chunk_size=65536, max_attempts=1, retry_backoff=0.05, workers=8),
+            DedupConfig(exact=False),
+        ),
+        Config(IngestConfig(chunk_size=1, max_attempts=99, retry_backoff=0.0, workers=0)),
+        Config(IngestConfig(chunk_size=5 * 1024**4, retry_backoff=1e-05)),
+        Config(IngestConfig(retry_backoff=12345.678)),
+    ],
+)
 def test_to_toml_round_trips(tmp_path: Path, cfg: Config) -> None:
     path = tmp_path / "lakecurate.toml"
     path.write_text(config.to_toml(cfg), encoding="utf-8")
@@ -171,8 +211,9 @@ def test_to_toml_round_trips(tmp_path: Path, cfg: Config) -> None:
 
 def test_hash_ignores_tuning_but_not_dedup() -> None:
     base = Config()
-    tuned = Config(ingest=IngestConfig(chunk_size=1024, workers=7, max_attempts=9,
-                                       retry_backoff=0.1))
+    tuned = Config(
+        ingest=IngestConfig(chunk_size=1024, workers=7, max_attempts=9, retry_backoff=0.1)
+    )
     assert tuned.hash == base.hash
     no_dedup = replace(base, dedup=DedupConfig(exact=False))
     assert no_dedup.hash != base.hash
@@ -185,5 +226,7 @@ def test_hash_is_stable_and_short() -> None:
     # Canonical: sorted keys, no spaces, so the value cannot depend on dict order or process.
     canon = f'{{"dedup":{{"exact":true}},"normalisation":{config.NORMALISATION_VERSION}}}'
     assert first == hashlib.sha256(canon.encode()).hexdigest()[:16]
-    assert config.from_dict({"dedup": {"exact": False}}).hash == Config(
-        dedup=DedupConfig(exact=False)).hash
+    assert (
+        config.from_dict({"dedup": {"exact": False}}).hash
+        == Config(dedup=DedupConfig(exact=False)).hash
+    )

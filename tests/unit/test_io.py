@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from lakecurate import chunking, io
 from lakecurate.errors import PermanentChunkError
+from lakecurate.ingest import chunking
+from lakecurate.ingest import reader as io
 from lakecurate.types import ChunkSpec
 
 OK = b'{"id": "ok", "text": "fine"}'
@@ -52,31 +53,34 @@ def _write(path: Path, data: bytes) -> Path:
 # --- malformed records ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("line", "kind"), [
-    (b'{"text": "caf\xe9"}', "invalid_utf8"),
-    (b"\xff\xfe{}", "invalid_utf8"),
-    (b'{"text": "x"', "bad_json"),
-    (b"not json", "bad_json"),
-    (b"{'text': 'single quotes'}", "bad_json"),
-    (b'{"text": "a"} trailing', "bad_json"),
-    (b"[" * 100_000, "bad_json"),
-    (b'{"id": ' + b"7" * 5000 + b', "text": "int too long for str()"}', "bad_json"),
-    (b"[1, 2]", "not_object"),
-    (b'"just a string"', "not_object"),
-    (b"42", "not_object"),
-    (b"null", "not_object"),
-    (b'{"id": "a", "body": "no text key"}', "missing_text"),
-    (b'{"text": 12}', "text_not_string"),
-    (b'{"text": 1.5}', "text_not_string"),
-    (b'{"text": null}', "text_not_string"),
-    (b'{"text": ["a", "b"]}', "text_not_string"),
-    (b'{"text": {"a": 1}}', "text_not_string"),
-    (b'{"text": true}', "text_not_string"),
-    (b'{"text": "\\ud800"}', "invalid_unicode"),
-    (b'{"text": "ok", "url": "\\udfff"}', "invalid_unicode"),
-    (b'{"id": "\\ud83d", "text": "ok"}', "invalid_unicode"),
-    (b'{"text": "ok", "\\ud800": 1}', "invalid_unicode"),
-])
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (b'{"text": "caf\xe9"}', "invalid_utf8"),
+        (b"\xff\xfe{}", "invalid_utf8"),
+        (b'{"text": "x"', "bad_json"),
+        (b"not json", "bad_json"),
+        (b"{'text': 'single quotes'}", "bad_json"),
+        (b'{"text": "a"} trailing', "bad_json"),
+        (b"[" * 100_000, "bad_json"),
+        (b'{"id": ' + b"7" * 5000 + b', "text": "int too long for str()"}', "bad_json"),
+        (b"[1, 2]", "not_object"),
+        (b'"just a string"', "not_object"),
+        (b"42", "not_object"),
+        (b"null", "not_object"),
+        (b'{"id": "a", "body": "no text key"}', "missing_text"),
+        (b'{"text": 12}', "text_not_string"),
+        (b'{"text": 1.5}', "text_not_string"),
+        (b'{"text": null}', "text_not_string"),
+        (b'{"text": ["a", "b"]}', "text_not_string"),
+        (b'{"text": {"a": 1}}', "text_not_string"),
+        (b'{"text": true}', "text_not_string"),
+        (b'{"text": "\\ud800"}', "invalid_unicode"),
+        (b'{"text": "ok", "url": "\\udfff"}', "invalid_unicode"),
+        (b'{"id": "\\ud83d", "text": "ok"}', "invalid_unicode"),
+        (b'{"text": "ok", "\\ud800": 1}', "invalid_unicode"),
+    ],
+)
 def test_malformed_line_keeps_raw_bytes_and_kind(tmp_path: Path, line: bytes, kind: str) -> None:
     path = _write(tmp_path / "dirty.jsonl", OK + b"\n" + line + b"\n" + OK + b"\n")
     rows, blank = _read(path)
@@ -148,17 +152,42 @@ def test_ids(tmp_path: Path) -> None:
     path = _write(tmp_path / "ids.jsonl", b"\n".join(lines) + b"\n")
     rows, _ = _read(path)
     assert [r["id"] for r in rows] == [
-        "abc", "7", f"{path}:3", "-12345678901234567890", f"{path}:5", f"{path}:6",
-        f"{path}:7", f"{path}:8", f"{path}:9"]
+        "abc",
+        "7",
+        f"{path}:3",
+        "-12345678901234567890",
+        f"{path}:5",
+        f"{path}:6",
+        f"{path}:7",
+        f"{path}:8",
+        f"{path}:9",
+    ]
     # an id that cannot name the document is kept in meta, not dropped
     metas = [json.loads(r["meta"]) if r["meta"] else None for r in rows]
-    assert metas == [None, None, None, None, {"id": ""}, {"id": 1.5}, {"id": True},
-                     {"id": None}, {"id": ["x"]}]
+    assert metas == [
+        None,
+        None,
+        None,
+        None,
+        {"id": ""},
+        {"id": 1.5},
+        {"id": True},
+        {"id": None},
+        {"id": ["x"]},
+    ]
 
 
 def test_other_fields_go_to_meta_as_json(tmp_path: Path) -> None:
-    rec = {"id": "m1", "text": "body", "url": "https://x", "n": 3, "score": 0.5,
-           "tags": ["a", "b"], "nested": {"k": "é", "z": None}, "flag": False}
+    rec = {
+        "id": "m1",
+        "text": "body",
+        "url": "https://x",
+        "n": 3,
+        "score": 0.5,
+        "tags": ["a", "b"],
+        "nested": {"k": "é", "z": None},
+        "flag": False,
+    }
     path = _write(tmp_path / "meta.jsonl", json.dumps(rec).encode() + b"\n" + OK + b"\n")
     rows, _ = _read(path)
     assert rows[0]["text"] == "body"
@@ -261,8 +290,9 @@ def test_zstd_streamed_without_content_size(tmp_path: Path) -> None:
 @pytest.mark.parametrize("cut", [5, 0.5, -1])
 def test_truncated_zstd_is_a_permanent_error(tmp_path: Path, cut: float) -> None:
     # incompressible-ish text so the frame is long and a cut lands inside it
-    data = zstandard.compress(b"".join(
-        b'{"text": "%s"}\n' % bytes(range(48, 58)) * (i % 7 + 1) for i in range(3000)))
+    data = zstandard.compress(
+        b"".join(b'{"text": "%s"}\n' % bytes(range(48, 58)) * (i % 7 + 1) for i in range(3000))
+    )
     end = int(len(data) * cut) if isinstance(cut, float) else cut
     path = _write(tmp_path / "cut.jsonl.zst", data[:end])
     with pytest.raises(PermanentChunkError) as exc:
@@ -317,8 +347,13 @@ def test_deleted_after_planning(tmp_path: Path) -> None:
 
 def test_parquet_rows(tmp_path: Path) -> None:
     path = tmp_path / "books.parquet"
-    table = pa.table({"id": list(range(25)), "text": [f"book {i}" for i in range(25)],
-                      "year": [1900 + i for i in range(25)]})
+    table = pa.table(
+        {
+            "id": list(range(25)),
+            "text": [f"book {i}" for i in range(25)],
+            "year": [1900 + i for i in range(25)],
+        }
+    )
     pq.write_table(table, path, row_group_size=10)
     assert len(_specs(path, 1)) == 3
     rows, blank = _read(path, chunk_size=1)
@@ -332,14 +367,18 @@ def test_parquet_rows(tmp_path: Path) -> None:
 
 def test_parquet_without_text_column_keeps_every_row_as_malformed(tmp_path: Path) -> None:
     path = tmp_path / "notext.parquet"
-    pq.write_table(pa.table({"id": ["a", "b", "c"], "body": ["x", "y", "z"]}), path,
-                   row_group_size=2)
+    pq.write_table(
+        pa.table({"id": ["a", "b", "c"], "body": ["x", "y", "z"]}), path, row_group_size=2
+    )
     rows, _ = _read(path, chunk_size=1)
     assert len(rows) == 3
     assert [r["kind"] for r in rows] == ["missing_text"] * 3
     assert [r["id"] for r in rows] == [f"{path}:1", f"{path}:2", f"{path}:3"]
     assert [json.loads(r["raw"]) for r in rows] == [
-        {"id": "a", "body": "x"}, {"id": "b", "body": "y"}, {"id": "c", "body": "z"}]
+        {"id": "a", "body": "x"},
+        {"id": "b", "body": "y"},
+        {"id": "c", "body": "z"},
+    ]
 
 
 def test_parquet_int_or_null_text_is_text_not_string(tmp_path: Path) -> None:
@@ -426,7 +465,7 @@ def test_compressed_chunk_past_the_limit_is_a_permanent_error(tmp_path: Path, fm
 
 _BOUNDED_READ = """
 import resource, sys
-from lakecurate import chunking, io
+from lakecurate.ingest import chunking, reader as io
 from lakecurate.errors import PermanentChunkError
 
 path = sys.argv[1]
@@ -442,8 +481,9 @@ print("grew", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 10
 
 @pytest.mark.parametrize("fmt", ["gz", "zst"])
 @pytest.mark.parametrize("shape", ["one_line", "short_lines"])
-def test_a_compression_bomb_is_refused_without_being_held(tmp_path: Path, fmt: str,
-                                                         shape: str) -> None:
+def test_a_compression_bomb_is_refused_without_being_held(
+    tmp_path: Path, fmt: str, shape: str
+) -> None:
     """512 MiB in a few MiB: reading stops at the limit (4 MiB here), and neither the whole text,
     one endless line nor one call's output of a 10,000:1 zstd frame is ever held."""
     if shape == "one_line":
@@ -458,8 +498,13 @@ def test_a_compression_bomb_is_refused_without_being_held(tmp_path: Path, fmt: s
         for _ in range(32):  # gzip members and zstd frames concatenate into one stream
             f.write(member)
     assert path.stat().st_size < 8 << 20
-    done = subprocess.run([sys.executable, "-c", _BOUNDED_READ, str(path)], check=True,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _BOUNDED_READ, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert f"refused: {path} decompresses to more than" in done.stdout, done.stdout
     grew = int(done.stdout.rsplit("grew ", 1)[1])
     assert grew < 64 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
@@ -473,53 +518,88 @@ NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456789, sub-microsecond
 def _every_type() -> tuple[pa.Table, list[dict[str, Any]]]:
     """A table with a column of each kind a Parquet file can hold, and the meta expected."""
     uuid_storage = pa.array([b"0123456789abcdef", None], pa.binary(16))
-    table = pa.table({
-        "id": ["r1", "r2"],
-        "text": ["first", "second"],
-        "ts": pa.array([NS, None], pa.timestamp("ns")),
-        "ts_zoned": pa.array([NS, 1], pa.timestamp("ns", tz="America/New_York")),
-        "ts_ms": pa.array([1_700_000_000_123, -1], pa.timestamp("ms")),
-        "day": pa.array([19675, None], pa.date32()),
-        "clock": pa.array([1, 86_399_999_999_999], pa.time64("ns")),
-        "dec": pa.array([Decimal("-1234567890123456.7890"), Decimal("0.0001")],
-                        pa.decimal128(20, 4)),
-        "dec256": pa.array([Decimal("1" * 45 + ".5"), None], pa.decimal256(50, 1)),
-        "blob": pa.array([b"\x00\xff", b""], pa.binary()),
-        "big_blob": pa.array([b"abc", None], pa.large_binary()),
-        "fixed": pa.array([b"xyz", b"\x01\x02\x03"], pa.binary(3)),
-        "took": pa.array([-1_500_000_001, 7], pa.duration("ns")),
-        "took_s": pa.array([90, None], pa.duration("s")),
-        "half": pa.array([1.5, None], pa.float16()),
-        "floats": pa.array([float("nan"), float("-inf")], pa.float64()),
-        "cat": pa.array(["red", "blue"]).dictionary_encode(),
-        "times": pa.array([[NS, None, 5], None], pa.list_(pa.timestamp("ns"))),
-        "pairs": pa.array([[b"a", b"b"], None], pa.list_(pa.binary(), 2)),
-        "view": pa.array([[1], [2, 3]], pa.list_view(pa.int64())),
-        "rec": pa.array([{"at": NS, "n": 1, "raw": b"\xff"}, None],
-                        pa.struct([("at", pa.timestamp("ns")), ("n", pa.int64()),
-                                   ("raw", pa.binary())])),
-        "tags": pa.array([[("k", 5)], []], pa.map_(pa.string(), pa.duration("ns"))),
-        "uuid": pa.ExtensionArray.from_storage(pa.uuid(), uuid_storage),
-        "plain": pa.array([[1, 2], []], pa.list_(pa.int64())),
-    })
+    table = pa.table(
+        {
+            "id": ["r1", "r2"],
+            "text": ["first", "second"],
+            "ts": pa.array([NS, None], pa.timestamp("ns")),
+            "ts_zoned": pa.array([NS, 1], pa.timestamp("ns", tz="America/New_York")),
+            "ts_ms": pa.array([1_700_000_000_123, -1], pa.timestamp("ms")),
+            "day": pa.array([19675, None], pa.date32()),
+            "clock": pa.array([1, 86_399_999_999_999], pa.time64("ns")),
+            "dec": pa.array(
+                [Decimal("-1234567890123456.7890"), Decimal("0.0001")], pa.decimal128(20, 4)
+            ),
+            "dec256": pa.array([Decimal("1" * 45 + ".5"), None], pa.decimal256(50, 1)),
+            "blob": pa.array([b"\x00\xff", b""], pa.binary()),
+            "big_blob": pa.array([b"abc", None], pa.large_binary()),
+            "fixed": pa.array([b"xyz", b"\x01\x02\x03"], pa.binary(3)),
+            "took": pa.array([-1_500_000_001, 7], pa.duration("ns")),
+            "took_s": pa.array([90, None], pa.duration("s")),
+            "half": pa.array([1.5, None], pa.float16()),
+            "floats": pa.array([float("nan"), float("-inf")], pa.float64()),
+            "cat": pa.array(["red", "blue"]).dictionary_encode(),
+            "times": pa.array([[NS, None, 5], None], pa.list_(pa.timestamp("ns"))),
+            "pairs": pa.array([[b"a", b"b"], None], pa.list_(pa.binary(), 2)),
+            "view": pa.array([[1], [2, 3]], pa.list_view(pa.int64())),
+            "rec": pa.array(
+                [{"at": NS, "n": 1, "raw": b"\xff"}, None],
+                pa.struct([("at", pa.timestamp("ns")), ("n", pa.int64()), ("raw", pa.binary())]),
+            ),
+            "tags": pa.array([[("k", 5)], []], pa.map_(pa.string(), pa.duration("ns"))),
+            "uuid": pa.ExtensionArray.from_storage(pa.uuid(), uuid_storage),
+            "plain": pa.array([[1, 2], []], pa.list_(pa.int64())),
+        }
+    )
     ts = "2023-11-14T22:13:20.123456789"
     first = {
-        "ts": ts, "ts_zoned": ts + "Z", "ts_ms": "2023-11-14T22:13:20.123", "day": "2023-11-14",
-        "clock": "00:00:00.000000001", "dec": "-1234567890123456.7890",
-        "dec256": "1" * 45 + ".5", "blob": "AP8=", "big_blob": "YWJj", "fixed": "eHl6",
-        "took": "-PT1.500000001S", "took_s": "PT90S", "half": 1.5, "floats": "NaN",
-        "cat": "red", "times": [ts, None, "1970-01-01T00:00:00.000000005"],
-        "pairs": ["YQ==", "Yg=="], "view": [1],
+        "ts": ts,
+        "ts_zoned": ts + "Z",
+        "ts_ms": "2023-11-14T22:13:20.123",
+        "day": "2023-11-14",
+        "clock": "00:00:00.000000001",
+        "dec": "-1234567890123456.7890",
+        "dec256": "1" * 45 + ".5",
+        "blob": "AP8=",
+        "big_blob": "YWJj",
+        "fixed": "eHl6",
+        "took": "-PT1.500000001S",
+        "took_s": "PT90S",
+        "half": 1.5,
+        "floats": "NaN",
+        "cat": "red",
+        "times": [ts, None, "1970-01-01T00:00:00.000000005"],
+        "pairs": ["YQ==", "Yg=="],
+        "view": [1],
         "rec": {"at": ts, "n": 1, "raw": "/w=="},
-        "tags": [["k", "PT0.000000005S"]], "uuid": "30313233-3435-3637-3839-616263646566",
-        "plain": [1, 2]}
+        "tags": [["k", "PT0.000000005S"]],
+        "uuid": "30313233-3435-3637-3839-616263646566",
+        "plain": [1, 2],
+    }
     second = {
-        "ts": None, "ts_zoned": "1970-01-01T00:00:00.000000001Z",
-        "ts_ms": "1969-12-31T23:59:59.999", "day": None, "clock": "23:59:59.999999999",
-        "dec": "0.0001", "dec256": None, "blob": "", "big_blob": None, "fixed": "AQID",
-        "took": "PT0.000000007S", "took_s": None, "half": None, "floats": "-Infinity",
-        "cat": "blue", "times": None, "pairs": None, "view": [2, 3], "rec": None, "tags": [],
-        "uuid": None, "plain": []}
+        "ts": None,
+        "ts_zoned": "1970-01-01T00:00:00.000000001Z",
+        "ts_ms": "1969-12-31T23:59:59.999",
+        "day": None,
+        "clock": "23:59:59.999999999",
+        "dec": "0.0001",
+        "dec256": None,
+        "blob": "",
+        "big_blob": None,
+        "fixed": "AQID",
+        "took": "PT0.000000007S",
+        "took_s": None,
+        "half": None,
+        "floats": "-Infinity",
+        "cat": "blue",
+        "times": None,
+        "pairs": None,
+        "view": [2, 3],
+        "rec": None,
+        "tags": [],
+        "uuid": None,
+        "plain": [],
+    }
     return table, [first, second]
 
 
@@ -529,7 +609,9 @@ def test_parquet_meta_of_every_arrow_type_is_exact_json(tmp_path: Path) -> None:
     pq.write_table(table, path)
     rows, _ = _read(path)
     assert [(r["id"], r["text"], r["kind"]) for r in rows] == [
-        ("r1", "first", None), ("r2", "second", None)]
+        ("r1", "first", None),
+        ("r2", "second", None),
+    ]
     assert [json.loads(r["meta"]) for r in rows] == expected
 
 
@@ -537,16 +619,23 @@ def test_parquet_nested_values_are_right_in_every_batch(tmp_path: Path) -> None:
     """Lists, structs and maps are rebuilt per batch: slices of row groups must not shift them."""
     n = 20_000
     lists = [None if i % 7 == 0 else [NS + i] * (i % 3) for i in range(n)]
-    table = pa.table({
-        "text": [f"t{i}" for i in range(n)],
-        "lst": pa.array(lists, pa.list_(pa.timestamp("ns"))),
-        "lv": pa.array([[i, i + 1] if i % 5 else None for i in range(n)],
-                       pa.list_view(pa.int64())),
-        "st": pa.array([None if i % 4 == 0 else {"b": bytes([i % 256])} for i in range(n)],
-                       pa.struct([("b", pa.binary())])),
-        "mp": pa.array([[(f"k{i}", i)] if i % 6 else None for i in range(n)],
-                       pa.map_(pa.string(), pa.duration("ns"))),
-    })
+    table = pa.table(
+        {
+            "text": [f"t{i}" for i in range(n)],
+            "lst": pa.array(lists, pa.list_(pa.timestamp("ns"))),
+            "lv": pa.array(
+                [[i, i + 1] if i % 5 else None for i in range(n)], pa.list_view(pa.int64())
+            ),
+            "st": pa.array(
+                [None if i % 4 == 0 else {"b": bytes([i % 256])} for i in range(n)],
+                pa.struct([("b", pa.binary())]),
+            ),
+            "mp": pa.array(
+                [[(f"k{i}", i)] if i % 6 else None for i in range(n)],
+                pa.map_(pa.string(), pa.duration("ns")),
+            ),
+        }
+    )
     path = tmp_path / "nested.parquet"
     pq.write_table(table, path, row_group_size=7_001)
     rows, _ = _read(path, chunk_size=1)
@@ -554,32 +643,48 @@ def test_parquet_nested_values_are_right_in_every_batch(tmp_path: Path) -> None:
     for i, r in enumerate(rows):
         meta = json.loads(r["meta"])
         lst = lists[i]
-        assert meta["lst"] == (None if lst is None else [
-            f"2023-11-14T22:13:20.{123456789 + i:09d}"] * len(lst)), i
+        assert meta["lst"] == (
+            None if lst is None else [f"2023-11-14T22:13:20.{123456789 + i:09d}"] * len(lst)
+        ), i
         assert meta["lv"] == ([i, i + 1] if i % 5 else None), i
-        assert meta["st"] == (None if i % 4 == 0 else {
-            "b": base64.b64encode(bytes([i % 256])).decode()}), i
+        assert meta["st"] == (
+            None if i % 4 == 0 else {"b": base64.b64encode(bytes([i % 256])).decode()}
+        ), i
         assert meta["mp"] == ([[f"k{i}", f"PT0.{i:09d}S"]] if i % 6 else None), i
 
 
 def test_parquet_id_and_text_columns_of_other_types(tmp_path: Path) -> None:
     path = tmp_path / "odd.parquet"
-    pq.write_table(pa.table({
-        "id": pa.array([Decimal("1.5"), None], pa.decimal128(3, 1)),
-        "text": pa.array(["a", "b"], pa.string_view()),
-    }), path)
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([Decimal("1.5"), None], pa.decimal128(3, 1)),
+                "text": pa.array(["a", "b"], pa.string_view()),
+            }
+        ),
+        path,
+    )
     rows, _ = _read(path)
     # a decimal id names no document, as a float id in JSON does: it stays in meta
     assert [r["id"] for r in rows] == [f"{path}:1", f"{path}:2"]
     assert [r["meta"] for r in rows] == ['{"id": "1.5"}', '{"id": null}']
     assert [r["text"] for r in rows] == ["a", "b"]
     path = tmp_path / "bintext.parquet"
-    pq.write_table(pa.table({"id": pa.array(["x", "y"]).dictionary_encode(),
-                             "text": pa.array([b"looks like text", None])}), path)
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array(["x", "y"]).dictionary_encode(),
+                "text": pa.array([b"looks like text", None]),
+            }
+        ),
+        path,
+    )
     rows, _ = _read(path)
     assert [r["kind"] for r in rows] == ["text_not_string"] * 2
-    assert [r["error"] for r in rows] == ["'text' is binary, not a string",
-                                          "'text' is null, not a string"]
+    assert [r["error"] for r in rows] == [
+        "'text' is binary, not a string",
+        "'text' is null, not a string",
+    ]
     assert json.loads(rows[0]["raw"]) == {"id": "x", "text": "bG9va3MgbGlrZSB0ZXh0"}
 
 

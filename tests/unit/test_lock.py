@@ -22,7 +22,7 @@ import pytest
 from helpers import cli_env
 
 from lakecurate.errors import LakeError, LockedError
-from lakecurate.lock import LakeLock
+from lakecurate.lake.lock import LakeLock
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_context_manager_releases_on_error(lock_path: Path) -> None:
 _HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from lakecurate.lock import LakeLock
+    from lakecurate.lake.lock import LakeLock
     lock = LakeLock.acquire(Path(sys.argv[1]), "ingest-child")
     print("locked", flush=True)
     time.sleep(120)
@@ -100,9 +100,14 @@ _HOLDER = textwrap.dedent("""
 @pytest.fixture
 def holder(lock_path: Path) -> Iterator[subprocess.Popen[str]]:
     """A child process that holds the lock and sleeps; killed at the end whatever happens."""
-    child = subprocess.Popen([sys.executable, "-c", _HOLDER, str(lock_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=cli_env(), start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        start_new_session=True,
+    )
     try:
         assert child.stdout is not None
         line = child.stdout.readline()  # blocks until the child holds the lock (or dies)
@@ -118,7 +123,8 @@ def holder(lock_path: Path) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_lock_held_by_another_process_then_taken_over_after_kill_9(
-        lock_path: Path, holder: subprocess.Popen[str]) -> None:
+    lock_path: Path, holder: subprocess.Popen[str]
+) -> None:
     with pytest.raises(LockedError) as info:
         LakeLock.acquire(lock_path, "ingest")
     msg = str(info.value)

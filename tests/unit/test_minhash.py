@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from lakecurate.dedup import minhash as mh
+from lakecurate.steps.near import minhash as mh
 
 CFG = mh.MinHashConfig()
 VOCAB = [f"w{i}" for i in range(3000)]
@@ -30,8 +30,12 @@ def true_jaccard(a: str, b: str) -> float:
 
 def test_identical_and_normalised_texts_give_identical_signatures() -> None:
     base = "The quick brown fox, jumps over the lazy dog; again and again."
-    variants = [base, base.upper(), "  the QUICK brown\n\nfox jumps -- over the lazy dog again and "
-                "again!!", "The quick brown fox jumps over the lazy dog again and again"]
+    variants = [
+        base,
+        base.upper(),
+        "  the QUICK brown\n\nfox jumps -- over the lazy dog again and again!!",
+        "The quick brown fox jumps over the lazy dog again and again",
+    ]
     sig = mh.signatures_of_texts(variants, CFG)
     assert (sig == sig[0]).all()
     assert mh.normalize(variants[2]) == mh.normalize(base)
@@ -46,13 +50,20 @@ def test_nfc_folds_decomposed_accents() -> None:
 
 def test_vectorised_tokens_equal_the_reference() -> None:
     rng = random.Random(3)
-    texts = ["", "!!! ...", "Hello, World", "日本語のテキストです。東京", "Ünïcödé_snake 42 x²",
-             "mixed 中文 text", *(" ".join(words(rng, rng.randint(0, 50))) for _ in range(30))]
+    texts = [
+        "",
+        "!!! ...",
+        "Hello, World",
+        "日本語のテキストです。東京",
+        "Ünïcödé_snake 42 x²",
+        "mixed 中文 text",
+        *(" ".join(words(rng, rng.randint(0, 50))) for _ in range(30)),
+    ]
     values, offsets = mh.token_hashes(texts)
     assert len(offsets) == len(texts) + 1
     for i, text in enumerate(texts):
         expected = [mh.token_hash(t) for t in mh.tokens(text)]
-        assert values[offsets[i]:offsets[i + 1]].tolist() == expected, text
+        assert values[offsets[i] : offsets[i + 1]].tolist() == expected, text
 
 
 def test_signature_of_a_document_does_not_depend_on_its_batch() -> None:

@@ -49,7 +49,7 @@ def test_kept_needs_verify() -> None:
 
 def test_link_is_not_a_minhash_setting() -> None:
     """MinHashConfig takes minhash_params(); the rule is the index's, not the signatures'."""
-    from lakecurate.dedup.minhash import MinHashConfig
+    from lakecurate.steps.near.minhash import MinHashConfig
 
     cfg = near(link="kept", num_perm=256).near_dedup
     assert "link" not in cfg.minhash_params()
@@ -59,9 +59,13 @@ def test_link_is_not_a_minhash_setting() -> None:
 def test_default_link_keeps_the_hash_of_lakes_made_before_the_key() -> None:
     """A lake made before ``link`` existed has no such key in its lakecurate.toml: its hash,
     recorded with every commit, must not change (the hash canon written out by hand)."""
-    before = {"normalisation": config.NORMALISATION_VERSION, "dedup": {"exact": True},
-              "near_dedup": {k: v for k, v in asdict(NearDedupConfig()).items()
-                             if k not in ("enabled", "link")}}
+    before = {
+        "normalisation": config.NORMALISATION_VERSION,
+        "dedup": {"exact": True},
+        "near_dedup": {
+            k: v for k, v in asdict(NearDedupConfig()).items() if k not in ("enabled", "link")
+        },
+    }
     canon = json.dumps(before, sort_keys=True, separators=(",", ":"))
     expected = hashlib.sha256(canon.encode()).hexdigest()[:16]
     assert near().hash == near(link="any").hash == expected
@@ -84,6 +88,7 @@ def test_to_toml_round_trips_the_link(tmp_path: Path, link: str) -> None:
 
 def test_a_lake_toml_without_link_loads_as_any(tmp_path: Path) -> None:
     path = tmp_path / "lakecurate.toml"
-    path.write_text("[near_dedup]\nenabled = true\nthreshold = 0.8\nnum_perm = 128\n",
-                    encoding="utf-8")
+    path.write_text(
+        "[near_dedup]\nenabled = true\nthreshold = 0.8\nnum_perm = 128\n", encoding="utf-8"
+    )
     assert config.load(path).near_dedup.link == "any"

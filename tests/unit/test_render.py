@@ -1,4 +1,4 @@
-"""``lakecurate.render``: the same rows as an aligned table, CSV and JSON lines.
+"""``lakecurate.cli.render``: the same rows as an aligned table, CSV and JSON lines.
 
 The table is for eyes (one line per row, long cells cut); CSV and JSON are for programs (nothing
 cut, nothing escaped beyond what the format needs), so each test reads the output back.
@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from lakecurate.render import FORMATS, render
+from lakecurate.cli.render import FORMATS, render
 
 COLUMNS = ["id", "text", "blob", "missing"]
 ROWS = [
@@ -117,11 +117,16 @@ def test_json_datetimes_round_trip_through_fromisoformat() -> None:
 
 
 def test_json_nested_values_decimals_and_unicode() -> None:
-    (row,) = _json(["l", "s", "d", "u"],
-                   [([1, None, b"b"], {"k": dt.date(2021, 5, 6), 3: "v"}, decimal.Decimal("1.5"),
-                     "héllo ✓")])
-    assert row == {"l": [1, None, "b"], "s": {"k": "2021-05-06", "3": "v"}, "d": 1.5,
-                   "u": "héllo ✓"}
+    (row,) = _json(
+        ["l", "s", "d", "u"],
+        [([1, None, b"b"], {"k": dt.date(2021, 5, 6), 3: "v"}, decimal.Decimal("1.5"), "héllo ✓")],
+    )
+    assert row == {
+        "l": [1, None, "b"],
+        "s": {"k": "2021-05-06", "3": "v"},
+        "d": 1.5,
+        "u": "héllo ✓",
+    }
     # Non-ASCII is written as itself, not as \\u escapes.
     assert "héllo ✓" in render(["u"], [("héllo ✓",)], "json")
 
@@ -135,7 +140,7 @@ def test_json_is_one_object_per_line_and_empty_for_no_rows() -> None:
 
 def test_csv_of_no_rows_is_the_header_and_quotes_commas() -> None:
     assert render(["a", "b"], [], "csv") == "a,b\n"
-    assert _csv(["a"], [("x, \"y\"",)]) == [["a"], ["x, \"y\""]]
+    assert _csv(["a"], [('x, "y"',)]) == [["a"], ['x, "y"']]
 
 
 def test_uuid_values_render_in_every_format() -> None:

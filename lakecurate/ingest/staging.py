@@ -1,0 +1,139 @@
+"""The staged file: vocabulary shared by the worker (which writes it) and the driver (reads it).
+
+A staged file is ``staging/<chunk_key>.<config_hash>.parquet``: the decided rows of one chunk, its
+``ChunkResult`` in the footer, and a sha256 seal over the whole file so damage is found on read.
+Written through a temp file, fsync and an atomic rename, so a reader never sees a partial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakecurate import faults
+from lakecurate.types import ChunkResult
+
+RESULT_KEY = b"lakecurate.result"
+
+
+def staged_name(chunk_key: str, config_hash: str) -> str:
+    """The staged file of a chunk under one config; the name says what it holds."""
+    return f"{chunk_key}.{config_hash}.parquet"
+
+
+def write_atomic_parquet(table: pa.Table, path: Path) -> None:
+    """Write, seal with a checksum, fsync and rename, so a reader never sees a partial file
+    and a file damaged later (a bit flip, a truncation) is found by ``read_staged_result``."""
+    tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
+    try:
+        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as writer:
+            writer.write_table(table)
+            writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_HOLE})
+        _seal(tmp)
+        faults.hit("staged_write", path.name)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_staged_result(path: Path) -> ChunkResult | None:
+    """The result stored in a staged file, or None if the file is absent, not ours, or fails
+    its checksum. A damaged file (or one from before checksums) is deleted: the caller redoes
+    the chunk instead of committing what the file now says."""
+    try:
+        md = pq.read_metadata(path).metadata or {}
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, pa.ArrowException):  # a torn or garbled footer
+        _discard(path)
+        return None
+    if RESULT_KEY not in md:
+        return None  # not a staged file of ours: leave it alone
+    try:
+        sealed = _sealed(path, md.get(CHECKSUM_KEY))
+        data = json.loads(md[RESULT_KEY])
+        data["filter_stats"] = [tuple(x) for x in data["filter_stats"]]
+        result = ChunkResult(**data)
+    except (OSError, ValueError, TypeError, KeyError):
+        sealed, result = False, None
+    if not sealed:
+        _discard(path)
+        return None
+    return result
+
+
+# The staged file's checksum: sha256 of the whole file with the 64 hex digits of the digest
+# itself left out. It is written as a placeholder of the same length, hashed, then overwritten
+# in place, so no offset in the Parquet footer moves.
+CHECKSUM_KEY = b"lakecurate.sha256"
+_CHECKSUM_HOLE = b"0" * 64
+_BLOCK = 1 << 20
+
+
+def _footer(f: BinaryIO) -> tuple[int, bytes]:
+    """(offset, bytes) of a Parquet file's footer: its last 8 bytes are its length + PAR1."""
+    size = f.seek(0, os.SEEK_END)
+    if size < 12:
+        raise ValueError("too short to be a Parquet file")
+    f.seek(size - 8)
+    length = int.from_bytes(f.read(4), "little")
+    if length > size - 12:
+        raise ValueError("footer length out of range")
+    f.seek(size - 8 - length)
+    return size - 8 - length, f.read(length)
+
+
+def _digest(f: BinaryIO, hole: int) -> bytes:
+    """sha256 of the file without the 64 bytes at ``hole``."""
+    h = hashlib.sha256()
+    f.seek(0)
+    pos = 0
+    while block := f.read(_BLOCK):
+        end = pos + len(block)
+        if end <= hole or pos >= hole + len(_CHECKSUM_HOLE):
+            h.update(block)
+        else:
+            h.update(block[: max(0, hole - pos)])
+            h.update(block[max(0, hole + len(_CHECKSUM_HOLE) - pos) :])
+        pos = end
+    return h.hexdigest().encode()
+
+
+def _seal(path: Path) -> None:
+    """Replace the checksum placeholder in the footer with the file's digest."""
+    with open(path, "r+b") as f:
+        start, footer = _footer(f)
+        hole = start + footer.rindex(_CHECKSUM_HOLE)
+        digest = _digest(f, hole)
+        f.seek(hole)
+        f.write(digest)
+
+
+def _sealed(path: Path, digest: bytes | None) -> bool:
+    """Whether the file still has the digest it was sealed with (False when it has none)."""
+    if not digest or len(digest) != len(_CHECKSUM_HOLE):
+        return False
+    with open(path, "rb") as f:
+        start, footer = _footer(f)
+        at = footer.rfind(digest)
+        return at >= 0 and _digest(f, start + at) == digest
+
+
+def _discard(path: Path) -> None:
+    """Delete a damaged staged file (the chunk is redone and written again)."""
+    with contextlib.suppress(OSError):
+        path.unlink()

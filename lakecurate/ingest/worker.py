@@ -1,0 +1,121 @@
+"""The worker: a pure function from one chunk to one staged Parquet file and a small result.
+
+It reads only its chunk, writes only ``staging/<chunk_key>.<config_hash>.parquet`` (through
+``staging.write_atomic_parquet``), and touches neither DuckDB state nor Delta, so it can run in
+any process, on any machine, any number of times. Only the executor imports this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import tomllib
+from dataclasses import asdict
+from functools import cache
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from lakecurate import config as configuration
+from lakecurate import engine, faults
+from lakecurate.config import Config
+from lakecurate.errors import PermanentChunkError
+from lakecurate.ingest.reader import read_chunk
+from lakecurate.ingest.staging import RESULT_KEY, staged_name, write_atomic_parquet
+from lakecurate.steps.filters import pipeline as filters
+from lakecurate.steps.near.signatures import add_signatures, minhash_config
+from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, WorkOrder
+
+
+@cache
+def _config_from_text(text: str) -> Config:
+    return configuration.from_dict(tomllib.loads(text))
+
+
+def pipeline_config(order: WorkOrder) -> Config:
+    """The decision config of a work order: its own text, else the lake's lakecurate.toml."""
+    if order.decisions:
+        return _config_from_text(order.decisions)
+    path = Path(order.staging_dir).parent / "lakecurate.toml"
+    if not path.exists():
+        return Config()
+    cfg = _config_from_text(path.read_text(encoding="utf-8"))
+    if cfg.hash != order.config_hash:
+        raise PermanentChunkError(
+            f"{path} has config hash {cfg.hash} but this work order is for {order.config_hash}: "
+            "the lake's config changed during the run; re-run ingest"
+        )
+    return cfg
+
+
+def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
+    """Parse, normalise, filter, hash and dedup one chunk; stage it; return its counts."""
+    started = time.perf_counter()
+    faults.hit("worker", spec.chunk_key)
+    cfg = pipeline_config(order)
+    pipeline = filters.build(cfg.filters)
+    recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes)
+    con = engine.connect(threads=1)
+    try:
+        if cfg.filters.steps:
+            filters.install(con)
+        con.register("records", recs.table())
+        query = (
+            f"WITH normalised AS ({engine.q('worker.normalise')}), {pipeline.sql} "
+            f"SELECT * FROM ({engine.q('worker.decide')})"
+        )
+        decided = con.sql(
+            query,
+            params={
+                **pipeline.params,
+                "exact": order.exact_dedup,
+                "chunk_key": spec.chunk_key,
+                "source_path": spec.source_path,
+                "input_sha256": spec.input_sha256,
+                "run_id": order.run_id,
+                "config_hash": order.config_hash,
+            },
+        ).to_arrow_table()
+        con.register("decided", decided)
+        base = [tuple(r) for r in con.execute(engine.q("worker.funnel")).fetchall()]
+    finally:
+        con.close()
+    steps = filters.funnel(pipeline, decided)
+    dropped_by_filters = sum(d for _, _, d in steps)
+    parse, (_, empty_in, empty), (_, dup_in, dups) = base
+    funnel = [
+        parse,
+        *steps,
+        ("filter:empty", empty_in - dropped_by_filters, empty),
+        ("exact_dup:chunk", dup_in - dropped_by_filters, dups),
+    ]
+    violations = filters.check_gates(cfg.gates, steps)
+    filters.enforce_gates(cfg.gates, violations, spec.chunk_key)
+    redactions = filters.redactions(pipeline, decided)
+    decided = decided.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    if cfg.near_dedup.enabled:
+        decided = add_signatures(decided, minhash_config(cfg))
+    kept = int(pc.sum(decided["kept"]).as_py() or 0)
+    malformed = funnel[0][2]
+    path = Path(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)
+    result = ChunkResult(
+        chunk_key=spec.chunk_key,
+        staged_path=str(path),
+        input_sha256=spec.input_sha256,
+        config_hash=order.config_hash,
+        rows_in=decided.num_rows,
+        rows_kept=kept,
+        rows_dropped=decided.num_rows - kept - malformed,
+        rows_malformed=malformed,
+        blank_lines=recs.blank_lines,
+        filter_stats=funnel,  # type: ignore[arg-type]
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+        redactions=redactions,
+        gate_violations=violations,
+    )
+    result.seconds = time.perf_counter() - started
+    meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
+    write_atomic_parquet(decided.replace_schema_metadata(meta), path)
+    return result

@@ -1,0 +1,176 @@
+"""Explicit table maintenance: ``compact``, ``vacuum`` (dry run first), ``checkpoint``.
+
+None of these changes a document, so none is a lakecurate commit: they carry no app
+transaction and no ``lakecurate.seq``, the transaction watermark (part of the snapshot)
+carries over, and the state's chunk -> (commit seq, Delta version) mapping stays true:
+compaction only adds a version, and every older version still reads the files it always did
+until a vacuum removes them. Each takes the lake lock and first reconciles an interrupted
+ingest, exactly as ``ingest`` would, so it never runs between a Delta commit and the state
+update that must follow it.
+
+Vacuum is the one that can break time travel: it deletes files that only versions older than
+the retention need. A retention below the table's (Delta's default: 7 days) is refused unless
+forced, the way Delta itself refuses it, and the default is a dry run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lakecurate.errors import LakeError
+from lakecurate.ingest.commit import Committer
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.lock import LakeLock
+from lakecurate.store.index import MembershipIndex
+from lakecurate.store.rebuild import catch_up
+from lakecurate.store.state import StateStore
+
+
+@dataclass
+class CompactReport:
+    """What ``compact`` did."""
+
+    version_before: int
+    version_after: int
+    files_before: int
+    files_after: int
+    rows: int
+    watermark: int
+
+
+@dataclass
+class VacuumReport:
+    """What ``vacuum`` deleted (or, in a dry run, would delete)."""
+
+    dry_run: bool
+    retention_hours: float
+    files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    readable: tuple[int, int] | None = None  # versions still readable afterwards
+
+
+@contextmanager
+def _maintaining(root: Path, command: str, args: str) -> Iterator[tuple[StateStore, str]]:
+    """The lake lock, the state, a run row, and a reconciled lake."""
+    state_path = root / "state.duckdb"
+    if not state_path.exists():
+        raise LakeError(f"no lake at {root}: nothing to {command}")
+    with LakeLock.acquire(root / "lock", command):
+        state = StateStore.open(state_path)
+        run_id = state.begin_run(command, args, "")
+        try:
+            delta = DeltaStore(root / "documents")
+            catch_up(state, delta)  # a stale state must not number commits below the log's
+            Committer(state, delta, MembershipIndex(state.con), run_id, "", True).reconcile(
+                root / "staging"
+            )
+            yield state, run_id
+        except BaseException as exc:
+            state.finish_run(run_id, "FAILED", 0, 0, str(exc)[:500])
+            raise
+        finally:
+            state.close()
+
+
+def _rows(delta: DeltaStore) -> int:
+    ds = delta.dataset()
+    return 0 if ds is None else int(ds.count_rows())
+
+
+def compact(root: Path, target_size: int | None = None) -> CompactReport:
+    """Rewrite the table's small files (one per chunk commit) into files of about
+    ``target_size`` bytes (delta-rs default: 100 MiB); checks that the rows and the
+    watermark are unchanged afterwards."""
+    documents = root / "documents"
+    with _maintaining(root, "compact", str(target_size or "")) as (state, run_id):
+        before = DeltaStore(documents)
+        if before.table() is None:
+            raise LakeError("the lake has no table yet: nothing to compact")
+        version, watermark = before.version(), before.watermark()
+        files, rows = len(before.referenced_files()), _rows(before)
+        before.compact(
+            target_size, {"lakecurate.run_id": run_id, "lakecurate.maintenance": "compact"}
+        )
+        after = DeltaStore(documents)
+        if after.watermark() != watermark or _rows(after) != rows:
+            raise LakeError(  # delta-rs guarantees both; this is a tripwire, not a path
+                f"compaction changed the table (watermark {watermark} -> {after.watermark()}, "
+                f"rows {rows} -> {_rows(after)}): restore version {version}"
+            )
+        report = CompactReport(
+            version, after.version(), files, len(after.referenced_files()), rows, watermark
+        )
+        state.finish_run(
+            run_id,
+            "OK",
+            0,
+            0,
+            f"compacted {files} file(s) into {report.files_after}; version {report.version_after}",
+        )
+        return report
+
+
+def vacuum(
+    root: Path, dry_run: bool = True, retention_hours: float | None = None, force: bool = False
+) -> VacuumReport:
+    """Delete data files that no version newer than ``retention_hours`` (default: the
+    table's retention) needs, and files no commit ever referenced (interrupted writes)."""
+    documents = root / "documents"
+    delta = DeltaStore(documents)
+    floor = delta.retention_hours()
+    hours = floor if retention_hours is None else retention_hours
+    if hours < 0:
+        raise LakeError(f"retention must be 0 hours or more, not {hours:g}")
+    if hours < floor and not force:
+        raise LakeError(
+            f"a retention of {hours:g} h is below the table's deleted-file retention of "
+            f"{floor:g} h (delta.deletedFileRetentionDuration; Delta's default is 7 days): it "
+            "would delete files that recent versions and readers still in progress need. Use "
+            "a retention of at least that, or --force if no one reads old versions"
+        )
+    if delta.table() is None:
+        return VacuumReport(dry_run, hours)
+    if dry_run:
+        files = delta.vacuum(hours, True, {})
+        return VacuumReport(True, hours, files, _size(documents, files))
+    with _maintaining(root, "vacuum", f"retention_hours={hours:g}") as (state, run_id):
+        delta = DeltaStore(documents)
+        planned = delta.vacuum(hours, True, {})
+        size = _size(documents, planned)
+        files = delta.vacuum(
+            hours, False, {"lakecurate.run_id": run_id, "lakecurate.maintenance": "vacuum"}
+        )
+        readable = DeltaStore(documents).readable_range()
+        state.finish_run(
+            run_id,
+            "OK",
+            0,
+            0,
+            f"vacuumed {len(files)} file(s), {size} bytes; "
+            f"readable versions {readable[0]} to {readable[1]}",
+        )
+        return VacuumReport(False, hours, files, size, readable)
+
+
+def _size(documents: Path, files: list[str]) -> int:
+    total = 0
+    for name in files:
+        path = Path(name) if Path(name).is_absolute() else documents / name
+        if path.exists():
+            total += path.stat().st_size
+    return total
+
+
+def checkpoint(root: Path) -> int:
+    """Write a Delta checkpoint of the latest version; returns that version.
+
+    delta-rs writes one every 100 commits on its own; an explicit one is for after a burst
+    of commits, or before handing the table to a reader that replays logs slowly.
+    """
+    with _maintaining(root, "checkpoint", "") as (state, run_id):
+        version = DeltaStore(root / "documents").checkpoint()
+        state.finish_run(run_id, "OK", 0, 0, f"checkpoint at version {version}")
+        return version

@@ -1,0 +1,429 @@
+"""The read-only SQL surface: the state tables plus ``documents`` / ``docs`` / ``rejects`` views
+over one version of the Delta table.
+
+Read only by construction: the state tables are a private in-memory copy (the state file is
+attached READ_ONLY only while they are copied, so readers never block a writer), the documents
+are an Arrow dataset, external access is switched off once the views exist, and only plain
+SELECTs (or EXPLAIN of one, or a few PRAGMAs that only describe) are accepted at all: DuckDB's
+own parse tree decides, so a write wrapped in EXPLAIN ANALYZE or a CTE is refused too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pds
+import pyarrow.fs as pafs
+
+from lakecurate import engine
+from lakecurate.errors import LakeError, QueryError, ReadOnlyError
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.lock import reading
+from lakecurate.store.state import SNAPSHOT_NAME, SNAPSHOT_TABLES
+from lakecurate.types import DOCUMENT_SCHEMA
+
+# Query nodes of a plain SELECT; DuckDB also has INSERT/UPDATE/DELETE/MERGE nodes, which a
+# SELECT can hold in a CTE (`WITH d AS (DELETE ... RETURNING *) SELECT ...`).
+_SELECT_NODES = {"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"}
+# PRAGMAs that only describe (each is a SELECT from a table function).
+_DESCRIBING_PRAGMAS = {
+    "table_info",
+    "show_tables",
+    "show_tables_expanded",
+    "show_databases",
+    "database_list",
+    "database_size",
+    "storage_info",
+    "version",
+    "platform",
+    "functions",
+    "collations",
+    "metadata_info",
+    "show",
+    "user_agent",
+}
+
+
+@dataclass
+class QueryResult:
+    """Columns and rows of one query."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+
+def parse_as_of(as_of: str | datetime.datetime) -> int:
+    """A point in time as ms since the epoch; a time without a zone is UTC (commit times in
+    the Delta log are UTC). Accepts ``2026-11-30``, ``2026-11-30 12:00``, ISO 8601."""
+    if isinstance(as_of, str):
+        try:
+            as_of = datetime.datetime.fromisoformat(as_of.strip())
+        except ValueError:
+            raise LakeError(
+                f"{as_of!r} is not a time: use e.g. '2026-11-30 12:00' (UTC) or "
+                "'2026-11-30T12:00:00+01:00'"
+            ) from None
+    if as_of.tzinfo is None:
+        as_of = as_of.replace(tzinfo=datetime.UTC)
+    return int(as_of.timestamp() * 1000)
+
+
+def resolve_version(
+    documents: Path, version: int | None = None, as_of: str | datetime.datetime | None = None
+) -> int | None:
+    """The Delta version a reader binds to: ``version``, the one current at ``as_of``, or the
+    latest (None before the first commit). A version or time that does not exist raises one
+    ``LakeError`` naming the range that does."""
+    if version is not None and as_of is not None:
+        raise LakeError("give a version or a time (--version or --as-of), not both")
+    store = DeltaStore(documents)
+    if version is None and as_of is None:
+        latest = store.version()
+        return None if latest < 0 else latest
+    return store.resolve(version, None if as_of is None else parse_as_of(as_of))
+
+
+def open_reader(
+    state_path: Path,
+    documents: Path,
+    version: int | None = None,
+    as_of: str | datetime.datetime | None = None,
+    *,
+    tables: Collection[str] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with a private copy of the state tables (``tables``; all when
+    None) as ``lake`` and the views bound to ``version`` (or to the version current at
+    ``as_of``; when both are None, the version the copied state describes).
+
+    The state file is open only while the tables are copied, so a reader never holds it
+    while it runs and never stands in a writer's way (see ``_state_source``).
+    """
+    con = engine.connect()
+    try:
+        con.execute(engine.q("views.attach_memory"))
+        with _state_source(state_path) as (source, snapshot):
+            done = _copy_state(con, source, tables)
+            # Bound while the source is held: no commit lands between the state and the
+            # version read here. A snapshot names its own version (the ingest goes on).
+            bound = (
+                done
+                if snapshot and version is None and as_of is None
+                else resolve_version(documents, version, as_of)
+            )
+        con.execute("USE lake")
+        register_documents(con, "documents_dataset", documents, bound)
+        con.execute(engine.q("views.create"))
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def reader_version(
+    state_path: Path,
+    documents: Path,
+    version: int | None = None,
+    as_of: str | datetime.datetime | None = None,
+) -> int | None:
+    """The version ``open_reader`` would bind to now: ``version``, the one current at
+    ``as_of``, the latest, or (while a writer runs) the one its published snapshot names."""
+    if version is not None or as_of is not None:
+        return resolve_version(documents, version, as_of)
+    con = engine.connect()
+    try:
+        with _state_source(state_path) as (source, snapshot):
+            if not snapshot:
+                return resolve_version(documents)
+            return _copy_state(con, source, ())
+    finally:
+        con.close()
+
+
+def tables_for(text: str) -> tuple[str, ...]:
+    """The state tables a query needs copied: the small ones always, a large one (index,
+    near-dedup) only when the query names it."""
+    con = engine.connect()
+    try:
+        named = con.get_table_names(text)
+    except duckdb.Error:
+        named = set()  # the query fails on its own, with its own message
+    finally:
+        con.close()
+    return SNAPSHOT_TABLES + tuple(sorted(set(named) - set(SNAPSHOT_TABLES)))
+
+
+def refuse_inside(path: Path, lake_root: Path, what: str) -> None:
+    """Raise when ``path`` is inside the lake folder: read commands never write into the
+    lake (an export or report there could overwrite its state or its data files)."""
+    target, root = Path(path).resolve(), Path(lake_root).resolve()
+    if target == root or root in target.parents:
+        raise LakeError(
+            f"{what} {path} is inside the lake {lake_root}: read commands never "
+            "write into the lake; choose a path outside it"
+        )
+
+
+@contextmanager
+def _state_source(state_path: Path) -> Iterator[tuple[Path, bool]]:
+    """The state file to copy and whether it is the snapshot, held for the copy.
+
+    With no writer, ``state.duckdb`` itself, under a shared lake lock (a writer that starts
+    meanwhile waits for it, milliseconds); while a writer holds the lake, the snapshot it
+    publishes (renamed into place, never written in place: reading it blocks nobody).
+    """
+    if not state_path.exists():
+        raise LakeError(
+            f"no lake at {state_path.parent} (no state.duckdb): run "
+            "`lakecurate ingest` first, or pass --lake"
+        )
+    with reading(state_path.with_name("lock")) as free:
+        if free:
+            yield state_path, False
+            return
+        snapshot = state_path.with_name(SNAPSHOT_NAME)
+        if not snapshot.exists():
+            raise LakeError(
+                f"{state_path.parent} is held by a running writer that has not "
+                "published a state snapshot yet; try again in a few seconds"
+            )
+        yield snapshot, True
+
+
+def _copy_state(
+    con: duckdb.DuckDBPyConnection, source: Path, tables: Collection[str] | None
+) -> int | None:
+    """Copy ``tables`` of ``source`` into ``lake``; returns the newest DONE commit's Delta
+    version in it (None before the first)."""
+    try:
+        con.execute(engine.q("views.attach_source"), {"path": str(source)})
+    except duckdb.Error as exc:
+        raise LakeError(f"cannot read {source}: {exc}") from exc
+    try:
+        for (name,) in con.execute(engine.q("views.source_tables")).fetchall():
+            if tables is None or name in tables:
+                con.execute(engine.q("views.copy_table").format(table=engine.quote_ident(name)))
+        try:
+            row = con.execute(engine.q("views.source_version")).fetchone()
+        except duckdb.Error:
+            row = None  # no commits table: nothing committed
+        return None if row is None or row[0] is None else int(row[0])
+    finally:
+        con.execute(engine.q("views.detach_source"))
+
+
+def _empty() -> pa.Table:
+    return pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA})
+
+
+def register_documents(
+    con: duckdb.DuckDBPyConnection, name: str, documents: Path, version: int | None
+) -> None:
+    """Make ``name`` the documents of ``version`` in ``con`` (empty before the first commit).
+
+    Files delta-rs rewrote (a delete or a predicate overwrite of a file that held other
+    chunks, e.g. a changed input after `compact`) store their strings as string_view, and
+    pyarrow cannot compare a string filter with their statistics ("no kernel matching (string,
+    string_view)"): every filtered query failed. Those files are registered as a dataset of
+    their own whose schema says string_view, and ``name`` is a view over both.
+    """
+    ds = _dataset(documents, version)
+    if ds is None:
+        con.register(name, _empty())
+        return
+    plain, views = _split_by_string_type(_native_local(ds, documents))
+    if views is None:
+        con.register(name, plain)
+        return
+    con.register(f"{name}_plain", plain)
+    con.register(f"{name}_views", views)
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {engine.quote_ident(name)} AS "
+        f"SELECT * FROM {engine.quote_ident(name + '_plain')} UNION ALL BY NAME "
+        f"SELECT * FROM {engine.quote_ident(name + '_views')}"
+    )
+
+
+def _split_by_string_type(ds: pds.Dataset) -> tuple[pds.Dataset, pds.Dataset | None]:
+    """(files whose strings are plain strings, files whose strings are string_view or None)."""
+    if not isinstance(ds, pds.FileSystemDataset):
+        return ds, None
+    plain, views = [], []
+    for fragment in ds.get_fragments():
+        is_view = any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
+        (views if is_view else plain).append(fragment)
+    if not views:
+        return ds, None
+    view_schema = pa.schema(
+        [f.with_type(pa.string_view()) if pa.types.is_string(f.type) else f for f in ds.schema]
+    )
+    return (
+        pds.FileSystemDataset(plain, ds.schema, ds.format, ds.filesystem),
+        pds.FileSystemDataset(views, view_schema, ds.format, ds.filesystem),
+    )
+
+
+def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
+    """The dataset of one version; an old one is checked to still have its files."""
+    if bound is None:
+        return None  # no commit yet
+    store = DeltaStore(documents)
+    try:
+        return store.open_version(bound)
+    except LookupError as exc:
+        raise store.unreadable(bound, exc) from exc
+    except LakeError:
+        raise
+    except Exception as exc:
+        raise LakeError(f"cannot read version {bound} of {documents}: {exc}") from exc
+
+
+def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
+    """``ds`` with its Parquet files read through Arrow's own local filesystem.
+
+    deltalake's dataset reads through a filesystem implemented in Python (a ``PyFileSystem``
+    over its ``DeltaStorageHandler``). When DuckDB stops a scan early (``LIMIT``), Arrow's
+    prefetching I/O threads are still calling into that Python object while the interpreter
+    shuts down, and the process segfaults, aborts or hangs *after* printing the right answer
+    (``lakecurate sql "SELECT * FROM docs LIMIT 3"`` exited 134/139 or hung most of the time).
+    The native filesystem has no Python in the read path. Same fragments, schema and partition
+    expressions (they carry the file statistics used for pruning); a dataset that is not plain
+    local files is returned unchanged. (The natural home of this is ``DeltaStore.dataset``.)
+    """
+    if not isinstance(ds, pds.FileSystemDataset) or not isinstance(
+        ds.filesystem, pafs.PyFileSystem
+    ):
+        return ds
+    fragments = list(ds.get_fragments())
+    if any("://" in f.path for f in fragments):
+        return ds
+    fs = pafs.SubTreeFileSystem(str(root.resolve()), pafs.LocalFileSystem())
+    fmt = ds.format
+    return pds.FileSystemDataset(
+        [
+            fmt.make_fragment(f.path, filesystem=fs, partition_expression=f.partition_expression)
+            for f in fragments
+        ],
+        ds.schema,
+        fmt,
+        fs,
+    )
+
+
+def run(
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any] | None = None
+) -> QueryResult:
+    """Run one read-only query; anything that would write is refused with a clear message."""
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc
+    if not statements:
+        raise QueryError("empty query")
+    for st in statements:
+        _check_reads(con, _kind(st), st.query)
+    try:
+        rel = con.execute(query, params or {})
+        columns = [d[0] for d in rel.description or []]
+        return QueryResult(columns, rel.fetchall())
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc
+
+
+def _kind(statement: Any) -> str:
+    return str(statement.type).rsplit(".", 1)[-1]
+
+
+def _refused(what: str) -> ReadOnlyError:
+    return ReadOnlyError(
+        f"`lakecurate sql` is read-only: {what} refused. The lake changes only "
+        "through lakecurate commands (ingest, retry, ...)"
+    )
+
+
+def _check_reads(con: duckdb.DuckDBPyConnection, kind: str, text: str) -> None:
+    """Refuse ``text`` (one statement of type ``kind``) unless it only reads."""
+    if kind == "SELECT":
+        _check_select(con, text)
+    elif kind == "EXPLAIN":  # EXPLAIN ANALYZE runs what it wraps: judge that
+        inner = _explained(con, text)
+        if len(inner) != 1 or _kind(inner[0]) != "SELECT":
+            raise _refused(f"EXPLAIN of {', '.join(_kind(i) for i in inner) or 'nothing'} is")
+        _check_select(con, inner[0].query)
+    elif kind == "PRAGMA":
+        words = _words(text)
+        name = words[1].lower() if len(words) > 1 else ""
+        if name not in _DESCRIBING_PRAGMAS or "=" in words:
+            raise _refused(f"PRAGMA {name} is")
+    else:
+        raise _refused(f"{kind} statements are")
+
+
+def _check_select(con: duckdb.DuckDBPyConnection, text: str) -> None:
+    """A SELECT whose parse tree holds only query nodes that read."""
+    try:
+        tree = json.loads(con.execute(engine.q("views.serialize"), {"sql": text}).fetchone()[0])  # type: ignore[index]
+    except duckdb.Error as exc:
+        raise QueryError(f"SQL error: {exc}") from exc
+    if tree.get("error"):
+        raise _refused("a statement that is not a plain SELECT is")
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if isinstance(kind, str) and kind.endswith("_NODE") and kind not in _SELECT_NODES:
+                raise _refused(f"a SELECT holding a {kind.removesuffix('_QUERY_NODE')} is")
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _tokens(text: str) -> list[tuple[int, str]]:
+    """(offset, text) of each token of ``text``, comments left out (DuckDB's tokenizer)."""
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    return [
+        (pos, text[pos:end].strip())
+        for (pos, kind), end in zip(tokens, ends, strict=True)
+        if kind != duckdb.token_type.comment
+    ]
+
+
+def _words(text: str) -> list[str]:
+    return [word for _, word in _tokens(text)]
+
+
+def _explained(con: duckdb.DuckDBPyConnection, text: str) -> list[Any]:
+    """The statement(s) an EXPLAIN wraps: after ``EXPLAIN [ANALYZE]``, and after its
+    ``(options)`` unless the parenthesis is the query itself (``EXPLAIN (SELECT 1)``)."""
+    tokens = _tokens(text)[1:]  # the first is EXPLAIN
+    while tokens and tokens[0][1].upper() in ("ANALYZE", "ANALYSE"):
+        tokens = tokens[1:]
+    if not tokens:
+        return []
+    try:
+        return con.extract_statements(text[tokens[0][0] :])
+    except duckdb.Error:
+        pass  # "(FORMAT json) SELECT ...": options first
+    depth = 0
+    for pos, word in tokens:
+        if depth == 0 and word != "(":
+            try:
+                return con.extract_statements(text[pos:])
+            except duckdb.Error:
+                return []
+        depth += word.count("(") - word.count(")")
+    return []

@@ -1,0 +1,220 @@
+"""The configured filter pipeline as one SQL query over a whole chunk (design section 9).
+
+Each step is a macro in ``sql/filters/``; this module only chains them: one CTE per step, a step
+sees only the documents every earlier step kept, edit steps (C4 lines, PII) pass their text on,
+and the step that dropped a document is recorded (``f_step``) so the funnel can be counted
+without a loop. Every value is a bound parameter; the SQL text depends only on which steps run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecurate import engine
+from lakecurate.config import PII_TYPES, STEPS, FiltersConfig, GatesConfig, StepConfig
+from lakecurate.errors import PermanentChunkError
+from lakecurate.steps.filters import gopher as filters_udf
+from lakecurate.steps.filters import langid
+
+_MACRO_STATEMENTS = (
+    "filters.helpers",
+    "filters.utf8",
+    "filters.length",
+    "filters.url_blocklist",
+    "filters.gopher_quality",
+    "filters.gopher_repetition",
+    "filters.c4",
+    "filters.fineweb",
+    "filters.pii",
+    "filters.langid",
+)
+_ALIVE = "kind IS NULL AND f_step IS NULL AND t <> ''"
+
+
+def install(con: duckdb.DuckDBPyConnection) -> None:
+    """Create every filter macro and the language-id UDF on a connection."""
+    con.create_function(
+        "lc_langid",
+        langid.detect,
+        ["VARCHAR"],  # type: ignore[arg-type]
+        "STRUCT(lang VARCHAR, score DOUBLE)",  # type: ignore[arg-type]
+        type="arrow",
+        null_handling="special",
+        side_effects=False,
+    )
+    con.create_function(
+        "lc_ngram_chars",
+        filters_udf.ngram_chars,  # type: ignore[arg-type]
+        ["VARCHAR[]"],
+        "BIGINT[]",  # type: ignore[arg-type]
+        type="arrow",
+        null_handling="special",
+        side_effects=False,
+    )
+    for name in _MACRO_STATEMENTS:
+        con.execute(engine.q(name))
+
+
+@dataclass
+class Pipeline:
+    """The SQL of a configured pipeline, its bound values, and its funnel step names."""
+
+    sql: str  # CTEs after `normalised`, ending in the relation `filtered`
+    params: dict[str, Any] = field(default_factory=dict)
+    funnel_steps: list[str] = field(default_factory=list)  # index = f_step
+    reasons: list[str] = field(default_factory=list)
+    pii_steps: list[tuple[int, str]] = field(default_factory=list)  # (f_step, type)
+
+
+def _args(k: int, step: StepConfig, skip: set[str], out: dict[str, Any]) -> str:
+    parts = []
+    for key, value in step.params:
+        if key in skip:
+            continue
+        name = f"p{k}_{key}"
+        out[name] = list(value) if isinstance(value, tuple) else value
+        parts.append(f"{key} := ${name}")
+    return "".join(", " + p for p in parts)
+
+
+def _page(k: int, prev: str, call: str) -> str:
+    return (
+        f"s{k} AS (SELECT * EXCLUDE (d) REPLACE ("
+        f"CASE WHEN d IS NOT NULL THEN {k - 1} ELSE f_step END AS f_step, "
+        f"coalesce(f_detail, d) AS f_detail) FROM (SELECT {prev}.*, "
+        f"CASE WHEN {_ALIVE} THEN {call} END AS d FROM {prev}))"
+    )
+
+
+def build(cfg: FiltersConfig) -> Pipeline:
+    """Chain the configured steps into CTEs s0..sN over `normalised`."""
+    p = Pipeline(sql="")
+    ctes = [
+        "s0 AS (SELECT *, norm AS t, NULL::INTEGER AS f_step, NULL::VARCHAR AS f_detail, "
+        "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score FROM normalised)"
+    ]
+    k = 0
+    for step in cfg.steps:
+        if step.name == "pii":
+            for kind in PII_TYPES:
+                strategy = step.param(kind)
+                if strategy == "off":
+                    continue
+                k += 1
+                prev = f"s{k - 1}"
+                p.funnel_steps.append(f"pii:{kind}")
+                p.reasons.append("filter:pii")
+                p.pii_steps.append((k - 1, kind))
+                p.params[f"p{k}_strategy"] = strategy
+                ctes.append(
+                    f"s{k} AS (SELECT * EXCLUDE (r) REPLACE ("
+                    f"CASE WHEN r.n > 0 AND $p{k}_strategy = 'drop' THEN {k - 1} "
+                    f"ELSE f_step END AS f_step, "
+                    f"coalesce(f_detail, CASE WHEN r.n > 0 AND $p{k}_strategy = 'drop' "
+                    f"THEN 'pii.{kind}=' || r.n END) AS f_detail, "
+                    f"coalesce(r.text, t) AS t), coalesce(r.n, 0) AS n_{kind} "
+                    f"FROM (SELECT *, CASE WHEN {_ALIVE} THEN pii_{kind}(t, strategy := "
+                    f"$p{k}_strategy) END AS r FROM {prev}))"
+                )
+            continue
+        k += 1
+        prev = f"s{k - 1}"
+        macro = STEPS[step.name]
+        p.funnel_steps.append(f"filter:{step.name}")
+        p.reasons.append(f"filter:{step.name}")
+        idx = k - 1
+        if step.name == "c4":
+            args = _args(k, step, set(), p.params)
+            ctes.append(
+                f"s{k} AS (SELECT * EXCLUDE (r) REPLACE ("
+                f"CASE WHEN r.detail IS NOT NULL THEN {idx} ELSE f_step END AS f_step, "
+                f"coalesce(f_detail, r.detail) AS f_detail, "
+                f"CASE WHEN r IS NOT NULL AND r.detail IS NULL THEN r.text ELSE t END AS t) "
+                f"FROM (SELECT *, CASE WHEN {_ALIVE} THEN {macro}(t{args}) END AS r "
+                f"FROM {prev}))"
+            )
+        elif step.name == "langid":
+            args = _args(k, step, {"max_chars"}, p.params)
+            p.params[f"p{k}_max_chars"] = step.param("max_chars")
+            ctes.append(
+                f"s{k}_l AS (SELECT *, CASE WHEN {_ALIVE} THEN lc_langid(left(t, "
+                f"$p{k}_max_chars)) END AS r FROM {prev})"
+            )
+            ctes.append(
+                f"s{k} AS (SELECT * EXCLUDE (r, d) REPLACE ("
+                f"CASE WHEN d IS NOT NULL THEN {idx} ELSE f_step END AS f_step, "
+                f"coalesce(f_detail, d) AS f_detail, coalesce(r.lang, lang) AS lang, "
+                f"coalesce(r.score, lang_score) AS lang_score) FROM (SELECT *, "
+                f"CASE WHEN r IS NOT NULL THEN {macro}(r.lang, r.score{args}) END AS d "
+                f"FROM s{k}_l))"
+            )
+        elif step.name == "gopher_repetition":
+            args = _args(k, step, set(), p.params)
+            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(lc_tokens(t)){args})"))
+        else:
+            first = "json_extract_string(meta, '$.url')" if step.name == "url_blocklist" else "t"
+            args = _args(k, step, {"file"}, p.params)
+            ctes.append(_page(k, prev, f"{macro}({first}{args})"))
+    reason = " ".join(f"WHEN {i} THEN '{r}'" for i, r in enumerate(p.reasons))
+    verdict = f"CASE f_step {reason} END" if p.reasons else "NULL::VARCHAR"
+    counts = (
+        f"[{', '.join('n_' + t for _, t in p.pii_steps)}]::BIGINT[]"
+        if p.pii_steps
+        else "[]::BIGINT[]"
+    )
+    final = f"filtered AS (SELECT *, {verdict} AS f_reason, {counts} AS pii_n FROM s{k})"
+    p.sql = ", ".join([*ctes, final])
+    return p
+
+
+def funnel(p: Pipeline, decided: pa.Table) -> list[tuple[str, int, int]]:
+    """(step, docs_in, docs_dropped) for the filter steps, from the `filter_step` column."""
+    malformed = int(pc.sum(pc.starts_with(decided["reason"], "malformed:")).as_py() or 0)
+    docs_in = decided.num_rows - malformed
+    steps = decided["filter_step"]
+    out = []
+    for i, name in enumerate(p.funnel_steps):
+        dropped = int(pc.sum(pc.equal(steps, i)).as_py() or 0)
+        out.append((name, docs_in, dropped))
+        docs_in -= dropped
+    return out
+
+
+def redactions(p: Pipeline, decided: pa.Table) -> dict[str, int]:
+    """How many matches each PII type replaced in this chunk (dropped documents excluded)."""
+    survivors = decided.filter(pc.is_null(decided["filter_step"]))["pii_n"]
+    return {
+        kind: int(pc.sum(pc.list_element(survivors, i)).as_py() or 0) if len(survivors) else 0
+        for i, (_, kind) in enumerate(p.pii_steps)
+    }
+
+
+def check_gates(gates: GatesConfig, stats: list[tuple[str, int, int]]) -> list[str]:
+    """Gate violations of one chunk, e.g. 'langid: dropped 72.0% (72/100), allowed 30%..60%'."""
+    by_step = {s: (n, d) for s, n, d in stats}
+    out = []
+    for name, lo, hi in gates.bounds:
+        n, d = by_step.get(f"filter:{name}", (0, 0))
+        if n == 0:
+            continue
+        rate = d / n
+        if not lo <= rate <= hi:
+            out.append(
+                f"{name}: dropped {100 * rate:.1f}% ({d}/{n}), allowed {100 * lo:g}%..{100 * hi:g}%"
+            )
+    return out
+
+
+def enforce_gates(gates: GatesConfig, violations: list[str], chunk_key: str) -> None:
+    """Strict gates fail the chunk at once (retrying the same input cannot change a rate)."""
+    if gates.strict and violations:
+        raise PermanentChunkError(
+            f"chunk {chunk_key} is outside its quality gate: "
+            + "; ".join(violations)
+            + ". Fix the input or relax [gates] in lakecurate.toml"
+        )

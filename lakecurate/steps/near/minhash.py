@@ -1,0 +1,524 @@
+"""MinHash signatures and LSH band hashes, vectorised in numpy: no DuckDB, no loop per token.
+
+The whole path is ours, from code points to band hashes: tokens are hashed with a polynomial over
+code points plus a splitmix64 finaliser, shingles with a polynomial over token hashes, and the
+``num_perm`` permutations are multiply-add-shift hashes ``(a*x + b) >> 32`` on 64-bit words.
+Nothing depends on DuckDB's ``hash()`` (undocumented, free to change between releases) or on
+Python's ``hash()`` (salted per process), so a band index written years ago still matches new
+documents as long as ``MinHashConfig.fingerprint`` is unchanged. The one outside input is
+Python's Unicode database (which characters are letters, their lower case), so its version is
+part of the fingerprint.
+
+Normalisation (the same as :func:`normalize`): NFC, lower case, and everything that is not a letter,
+digit, mark or ``_`` (punctuation, symbols, whitespace) folded into a token boundary. Unit ``word``
+takes runs of such characters as tokens; unit ``char`` takes each such character as a token (for
+text without spaces: Chinese, Japanese); ``auto`` picks ``char`` for a document whose letters are
+more than 30 % Han or kana. Shingles are ``ngram`` consecutive tokens. A document with fewer tokens
+than ``ngram`` (but at least one) has exactly one shingle, all its tokens, so two short documents
+only match when their token sequences are identical. A document with no token at all (empty, only
+punctuation) has no signature: it never takes part in near dedup.
+
+Why it is fast: a batch is joined into one UTF-32 buffer, lower-cased and classified by table
+lookups, token boundaries come from ``flatnonzero``, token hashes from prefix sums, and each
+permutation is three in-place ufuncs plus one ``minimum.reduceat`` over all shingles of the batch.
+Work is cut into slices of about ``_SLICE_CHARS`` code points so the temporaries stay in cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from functools import cache
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+ALGORITHM_VERSION = 1
+"""Bump whenever tokens, shingles, permutations or band hashes change: old band indexes must not be
+mixed with new signatures, and the fingerprint is how a lake notices."""
+
+Unit = Literal["word", "char", "auto"]
+U64 = npt.NDArray[np.uint64]
+U32 = npt.NDArray[np.uint32]
+I64 = npt.NDArray[np.int64]
+
+EMPTY = np.uint32(0xFFFFFFFF)
+"""Every position of a signature that saw no shingle (only documents without tokens)."""
+
+VERIFIED_FN_WEIGHT = 0.95
+"""With verification, a candidate below the threshold costs one comparison and is then dropped,
+while a pair LSH misses is lost for good: weight misses 0.95 (0.8, 128 -> 16 bands x 8 rows, which
+catches 95 % of pairs at J = 0.8, against 74 % for 12 x 10 at weight 0.8; measured on the
+benchmark: recall 0.91 -> see docs/near-dedup.md)."""
+
+CJK_RATIO = 0.3
+"""``auto`` uses character shingles when more than this share of a document's letters are CJK."""
+
+_SLICE_CHARS = 1 << 18
+_MAX_CP = 0x110000
+_POLY_CHAR = np.uint64(0x100000001B3)  # FNV prime: odd, so invertible modulo 2**64
+_POLY_TOKEN = np.uint64(0x9E3779B97F4A7C15)
+_POLY_BAND = np.uint64(0xC2B2AE3D27D4EB4F)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S32 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(32)
+_CJK_RANGES = (
+    (0x3040, 0x30FF),
+    (0x31F0, 0x31FF),
+    (0x3400, 0x4DBF),
+    (0x4E00, 0x9FFF),
+    (0xF900, 0xFAFF),
+    (0xFF66, 0xFF9D),
+    (0x20000, 0x323AF),
+)
+
+
+@dataclass(frozen=True)
+class MinHashConfig:
+    """Everything that decides signatures and band hashes (and so which documents are duplicates).
+
+    Defaults, and why: 128 permutations give a Jaccard estimate with standard error
+    ``sqrt(J(1-J)/128)`` (0.035 at J = 0.8) for 512 bytes per document, the usual sweet spot
+    (datatrove uses 112, datasketch and rensa 128). Word 5-grams are the common choice for web
+    text (Gopher, datatrove, the benchmark's ground truth) and far more selective than 3-grams on
+    boilerplate. ``threshold`` is the Jaccard above which two documents are near duplicates; the
+    band layout is chosen for it by :func:`choose_bands` unless ``bands`` and ``rows`` are given,
+    and with ``verify`` the candidates LSH finds are confirmed by their estimated Jaccard, which
+    removes most of the false positives banding lets through at a small cost.
+    """
+
+    num_perm: int = 128
+    ngram: int = 5
+    seed: int = 1
+    unit: Unit = "auto"
+    threshold: float = 0.8
+    bands: int | None = None
+    rows: int | None = None
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.num_perm <= 1024:
+            raise ValueError(f"num_perm = {self.num_perm}: must be between 16 and 1024")
+        if not 1 <= self.ngram <= 32:
+            raise ValueError(f"ngram = {self.ngram}: must be between 1 and 32")
+        if self.unit not in ("word", "char", "auto"):
+            raise ValueError(f"unit = {self.unit!r}: must be 'word', 'char' or 'auto'")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold = {self.threshold}: must be between 0 and 1")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed = {self.seed}: must be between 0 and 2**63 - 1")
+        if (self.bands is None) != (self.rows is None):
+            raise ValueError("give both bands and rows, or neither (then the threshold picks them)")
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
+                raise ValueError(
+                    f"bands x rows = {self.bands} x {self.rows} must be at least "
+                    f"1 x 1 and fit in num_perm = {self.num_perm}"
+                )
+            if self.bands > 255:
+                raise ValueError(f"bands = {self.bands}: at most 255 (stored as UTINYINT)")
+
+    @property
+    def layout(self) -> tuple[int, int]:
+        """(bands, rows) of the LSH index."""
+        if self.bands is not None and self.rows is not None:
+            return self.bands, self.rows
+        return choose_bands(
+            self.threshold, self.num_perm, fn_weight=VERIFIED_FN_WEIGHT if self.verify else 0.5
+        )
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that makes two signatures comparable.
+
+        A lake stores it with its band index and refuses signatures with another fingerprint:
+        mixing them would silently miss every duplicate. ``threshold`` and ``verify`` only matter
+        through the band layout, so they are left out when bands and rows are the same.
+        """
+        bands, rows = self.layout
+        canon = json.dumps(
+            {
+                "algorithm": ALGORITHM_VERSION,
+                "unicode": unicodedata.unidata_version,
+                "num_perm": self.num_perm,
+                "ngram": self.ngram,
+                "seed": self.seed,
+                "unit": self.unit,
+                "bands": bands,
+                "rows": rows,
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def describe(self) -> dict[str, object]:
+        """The config with its resolved band layout, for logs, reports and ``dedup-stats``."""
+        bands, rows = self.layout
+        return {
+            **asdict(self),
+            "bands": bands,
+            "rows": rows,
+            "fingerprint": self.fingerprint(),
+            "s_curve_at_threshold": round(float(s_curve(self.threshold, bands, rows)), 4),
+        }
+
+
+# -- the S-curve ----------------------------------------------------------------------------------
+def s_curve(s: float | npt.ArrayLike, bands: int, rows: int) -> npt.NDArray[np.float64]:
+    """Probability that two documents of Jaccard ``s`` share at least one band: 1-(1-s^r)^b."""
+    s_arr = np.asarray(s, dtype=np.float64)
+    return 1.0 - (1.0 - s_arr**rows) ** bands
+
+
+def _areas(threshold: float, bands: int, rows: int, steps: int = 2001) -> tuple[float, float]:
+    """(false-positive area below the threshold, false-negative area above it)."""
+    lo = np.linspace(0.0, threshold, steps)
+    hi = np.linspace(threshold, 1.0, steps)
+    fp = float(np.trapezoid(s_curve(lo, bands, rows), lo))
+    fn = float(np.trapezoid(1.0 - s_curve(hi, bands, rows), hi))
+    return fp, fn
+
+
+@cache
+def choose_bands(
+    threshold: float, num_perm: int, fp_weight: float | None = None, fn_weight: float = 0.5
+) -> tuple[int, int]:
+    """The (bands, rows) with bands * rows <= num_perm that minimise the weighted error areas.
+
+    The error of an LSH layout is the area under the S-curve left of the threshold (pairs below it
+    that become candidates) plus the area above the curve right of it (pairs above it that are
+    missed), weighted ``fp_weight`` and ``fn_weight`` (``fp_weight`` defaults to
+    ``1 - fn_weight``). With verification a false positive only costs a comparison while a false
+    negative is a lost duplicate, so :class:`MinHashConfig` weights misses 0.95. Ties go to fewer
+    bands (a smaller index).
+    """
+    if not 0.0 < threshold < 1.0:
+        raise ValueError(f"threshold = {threshold}: must be between 0 and 1")
+    wfp = 1.0 - fn_weight if fp_weight is None else fp_weight
+    best: tuple[float, int, int] | None = None
+    for bands in range(1, min(num_perm, 255) + 1):
+        for rows in range(1, num_perm // bands + 1):
+            fp, fn = _areas(threshold, bands, rows, steps=201)
+            err = wfp * fp + fn_weight * fn
+            if best is None or err < best[0] - 1e-12:
+                best = (err, bands, rows)
+    assert best is not None
+    return best[1], best[2]
+
+
+# -- normalisation and tokens (the reference, one string at a time) -------------------------------
+_WORD_BIT = np.uint32(1 << 21)
+_CJK_BIT = np.uint32(1 << 22)
+_CP_MASK = np.uint32((1 << 21) - 1)
+
+
+@cache
+def _table() -> U32:
+    """One lookup per code point: its lower case in the low 21 bits, word and CJK flags above.
+
+    Built once per process. Only the ranges that hold letters are walked (planes 0-3 and the
+    plane-14 variation selectors); the rest (unassigned, private use, surrogates) maps to itself
+    and is no letter. One combined table means one gather per character instead of three.
+    """
+    table = np.arange(_MAX_CP, dtype=np.uint32)
+    for lo, hi in ((0, 0xD800), (0xE000, 0x323B0), (0xE0100, 0xE01F0)):
+        for cp in range(lo, hi):
+            ch = chr(cp)
+            low = ch.lower()
+            entry = ord(low) if len(low) == 1 else cp
+            if ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M":
+                entry |= int(_WORD_BIT)
+            table[cp] = entry
+    for lo, hi in _CJK_RANGES:
+        block = table[lo : hi + 1]
+        block[(block & _WORD_BIT) != 0] |= _CJK_BIT
+    return table
+
+
+def _fold(text: str) -> str:
+    table = _table()
+    out = []
+    for ch in unicodedata.normalize("NFC", text):
+        entry = int(table[ord(ch)])
+        out.append(chr(entry & int(_CP_MASK)) if entry & int(_WORD_BIT) else " ")
+    return "".join(out)
+
+
+def normalize(text: str) -> str:
+    """NFC, lower case, punctuation and whitespace folded into single spaces, trimmed."""
+    return " ".join(_fold(text).split())
+
+
+def document_unit(text: str, unit: Unit = "auto") -> Literal["word", "char"]:
+    """The unit of a document: ``auto`` means ``char`` when over 30 % of its letters are CJK."""
+    if unit != "auto":
+        return unit
+    table = _table()
+    letters = [ch for ch in normalize(text) if ch != " "]
+    n_cjk = sum(1 for ch in letters if table[ord(ch)] & _CJK_BIT)
+    return "char" if letters and n_cjk > CJK_RATIO * len(letters) else "word"
+
+
+def tokens(text: str, unit: Unit = "auto") -> list[str]:
+    """The tokens of one document (the reference the vectorised path is tested against)."""
+    norm = normalize(text)
+    if document_unit(text, unit) == "char":
+        return [ch for ch in norm if ch != " "]
+    return norm.split()
+
+
+def _mix_int(x: int) -> int:
+    m = (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * int(_MIX1)) & m
+    x ^= x >> 27
+    x = (x * int(_MIX2)) & m
+    return x ^ (x >> 31)
+
+
+def token_hash(token: str) -> int:
+    """The 64-bit hash of one token: splitmix64 of the polynomial of its code points."""
+    acc = 0
+    for j, ch in enumerate(token):
+        acc = (acc + ord(ch) * pow(int(_POLY_CHAR), j, 1 << 64)) & ((1 << 64) - 1)
+    return _mix_int(acc)
+
+
+# -- the vectorised path --------------------------------------------------------------------------
+def _mix(x: U64) -> U64:
+    """splitmix64's finaliser, in place on a fresh array: turns polynomials into uniform bits."""
+    x ^= x >> _S30
+    x *= _MIX1
+    x ^= x >> _S27
+    x *= _MIX2
+    x ^= x >> _S31
+    return x
+
+
+class _Powers:
+    """Cached powers of the character polynomial and of its inverse modulo 2**64."""
+
+    def __init__(self) -> None:
+        self.fwd: U64 = np.ones(1, dtype=np.uint64)
+        self.inv: U64 = np.ones(1, dtype=np.uint64)
+
+    def upto(self, n: int) -> tuple[U64, U64]:
+        if len(self.fwd) < n:
+            size = max(n, 2 * len(self.fwd), _SLICE_CHARS + 1)
+            fwd = np.full(size, _POLY_CHAR, dtype=np.uint64)
+            fwd[0] = 1
+            inv = np.full(size, np.uint64(pow(int(_POLY_CHAR), -1, 1 << 64)), dtype=np.uint64)
+            inv[0] = 1
+            self.fwd, self.inv = np.cumprod(fwd), np.cumprod(inv)
+        return self.fwd[:n], self.inv[:n]
+
+
+_POWERS = _Powers()
+
+
+def _slice_token_hashes(texts: Sequence[str], unit: Unit) -> tuple[U64, I64]:
+    """Token hashes of a few texts, with per-document token offsets."""
+    n_docs = len(texts)
+    texts = [
+        t if unicodedata.is_normalized("NFC", t) else unicodedata.normalize("NFC", t) for t in texts
+    ]
+    lens = np.fromiter(map(len, texts), dtype=np.int64, count=n_docs)
+    # One NUL between documents: a non-word character, so no token crosses a boundary.
+    entries = _table()[np.frombuffer("\x00".join(texts).encode("utf-32-le"), dtype=np.uint32)]
+    is_word = (entries & _WORD_BIT) != 0
+    cps = entries & _CP_MASK
+    n = len(cps)
+    doc_start = np.zeros(n_docs + 1, dtype=np.int64)
+    np.cumsum(lens + 1, out=doc_start[1:])
+    if unit == "word":
+        char_mode = np.zeros(n, dtype=np.bool_)
+    elif unit == "char":
+        char_mode = np.ones(n, dtype=np.bool_)
+    else:
+        char_mode = np.repeat(_char_docs(entries, is_word, doc_start), lens + 1)[:n]
+    prev = np.empty(n, dtype=np.bool_)
+    prev[0] = False
+    prev[1:] = is_word[:-1]
+    nxt = np.empty(n, dtype=np.bool_)
+    nxt[-1] = False
+    nxt[:-1] = is_word[1:]
+    starts = np.flatnonzero(is_word & (~prev | char_mode))
+    ends = np.flatnonzero(is_word & (~nxt | char_mode)) + 1
+    fwd, inv = _POWERS.upto(n + 1)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    np.cumsum(cps.astype(np.uint64) * fwd[:n], out=prefix[1:])
+    hashes = _mix((prefix[ends] - prefix[starts]) * inv[starts])
+    # Tokens before each document's first character: a search over sorted starts.
+    offsets = np.searchsorted(starts, doc_start[: n_docs + 1]).astype(np.int64)
+    return hashes, offsets
+
+
+def _char_docs(
+    entries: U32, is_word: npt.NDArray[np.bool_], doc_start: I64
+) -> npt.NDArray[np.bool_]:
+    """Which documents ``auto`` shingles by character: counted by binary search, no loop."""
+    ends = doc_start[1:] - 1
+    letters = np.flatnonzero(is_word)
+    n_letters = np.searchsorted(letters, ends) - np.searchsorted(letters, doc_start[:-1])
+    cjk = np.flatnonzero(entries & _CJK_BIT)
+    n_cjk = np.searchsorted(cjk, ends) - np.searchsorted(cjk, doc_start[:-1])
+    return np.asarray(n_cjk > CJK_RATIO * n_letters)
+
+
+def _slices(texts: Sequence[str]) -> list[tuple[int, int]]:
+    """Cut a batch into runs of documents of about ``_SLICE_CHARS`` code points each."""
+    out = []
+    start, size = 0, 0
+    for i, t in enumerate(texts):
+        size += len(t) + 1
+        if size >= _SLICE_CHARS:
+            out.append((start, i + 1))
+            start, size = i + 1, 0
+    if start < len(texts):
+        out.append((start, len(texts)))
+    return out
+
+
+def token_hashes(texts: Sequence[str], unit: Unit = "auto") -> tuple[U64, I64]:
+    """64-bit hashes of the tokens of every text, flat, and offsets (len(texts) + 1) into them.
+
+    ``hashes[offsets[i]:offsets[i+1]]`` are the tokens of ``texts[i]`` in order, equal to
+    ``[token_hash(t) for t in tokens(texts[i], unit)]``.
+    """
+    parts = [_slice_token_hashes(texts[a:b], unit) for a, b in _slices(texts)]
+    return _concat(parts, len(texts))
+
+
+def _concat(parts: list[tuple[U64, I64]], n_docs: int) -> tuple[U64, I64]:
+    if not parts:
+        return np.empty(0, dtype=np.uint64), np.zeros(n_docs + 1, dtype=np.int64)
+    if len(parts) == 1:
+        return parts[0]
+    values = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([np.diff(p[1]) for p in parts])
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return values, offsets
+
+
+def shingle_hashes(values: U64, offsets: I64, ngram: int) -> tuple[U64, I64]:
+    """Hashes of the ``ngram``-token shingles of every document, flat, with offsets.
+
+    Input: token hashes (ours, DuckDB's ``hash()``, anything 64-bit) and per-document offsets. A
+    document of ``1 <= m < ngram`` tokens gets one shingle of all its tokens; one of no tokens gets
+    none. Shingle order within a document is kept (it does not matter to MinHash).
+    """
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    total = len(values)
+    long_docs = counts >= ngram
+    n_windows = np.where(long_docs, counts - ngram + 1, np.minimum(counts, 1))
+    out_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(n_windows, out=out_offsets[1:])
+    out = np.empty(int(out_offsets[-1]), dtype=np.uint64)
+    # Horner over the window: acc[i] = hash of tokens i .. i+k-1 after step k.
+    acc = values.copy()
+    for k in range(1, ngram + 1):
+        if k > 1:
+            width = total - k + 1
+            acc = acc[:0] if width <= 0 else acc[:width] * _POLY_TOKEN + values[k - 1 :]
+        short = np.flatnonzero(counts == k) if k < ngram else None
+        if short is not None and len(short):
+            out[out_offsets[short]] = acc[offsets[short]]
+    docs = np.flatnonzero(long_docs)
+    if len(docs):
+        per = n_windows[docs]
+        j = np.arange(int(per.sum()), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+        out[np.repeat(out_offsets[docs], per) + j] = acc[np.repeat(offsets[docs], per) + j]
+    return _mix(out), out_offsets
+
+
+@cache
+def permutations(num_perm: int, seed: int) -> tuple[U64, U64]:
+    """The ``num_perm`` multiply-add-shift parameters (odd multipliers ``a``, offsets ``b``)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    a = rng.integers(0, 2**64 - 1, size=num_perm, dtype=np.uint64, endpoint=True) | np.uint64(1)
+    b = rng.integers(0, 2**64 - 1, size=num_perm, dtype=np.uint64, endpoint=True)
+    return a, b
+
+
+def signatures(shingles: U64, offsets: I64, num_perm: int, seed: int) -> U32:
+    """MinHash signatures (N, num_perm) uint32 of documents given by their shingle hashes.
+
+    Permutation ``p`` maps a shingle ``x`` to the high 32 bits of ``a[p]*x + b[p] mod 2**64``
+    (Dietzfelbinger's multiply-add-shift, 2-independent); the signature keeps the minimum per
+    document. Rows of documents without shingles are all ``EMPTY``.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_docs = len(offsets) - 1
+    sig = np.full((n_docs, num_perm), EMPTY, dtype=np.uint32)
+    present = np.flatnonzero(offsets[1:] > offsets[:-1])
+    if len(present) == 0:
+        return sig
+    starts = offsets[present]
+    a, b = permutations(num_perm, seed)
+    tmp = np.empty(len(shingles), dtype=np.uint64)
+    high = tmp.view(np.uint32)[1::2] if np.little_endian else tmp.view(np.uint32)[0::2]
+    out = np.empty((num_perm, len(present)), dtype=np.uint32)
+    for p in range(num_perm):
+        np.multiply(shingles, a[p], out=tmp)
+        tmp += b[p]
+        np.minimum.reduceat(high, starts, out=out[p])
+    sig[present] = out.T
+    return sig
+
+
+def signatures_of_texts(texts: Sequence[str], cfg: MinHashConfig) -> U32:
+    """Signatures (len(texts), num_perm) of raw texts: normalise, tokenise, shingle, permute."""
+    sig = np.empty((len(texts), cfg.num_perm), dtype=np.uint32)
+    for a, b in _slices(texts):
+        values, offsets = _slice_token_hashes(texts[a:b], cfg.unit)
+        shingles, soffsets = shingle_hashes(values, offsets, cfg.ngram)
+        sig[a:b] = signatures(shingles, soffsets, cfg.num_perm, cfg.seed)
+    return sig
+
+
+def is_empty(sig: U32) -> npt.NDArray[np.bool_]:
+    """Which signature rows belong to documents without a single token."""
+    return np.asarray((sig == EMPTY).all(axis=-1))
+
+
+def band_hashes(sig: U32, bands: int, rows: int) -> U64:
+    """(N, bands) 64-bit hashes of each band of ``rows`` consecutive signature values.
+
+    Two documents share bucket ``(band, hash)`` iff (up to 2**-64) their signatures agree on all
+    ``rows`` values of that band; the probability of that is J**rows, hence the S-curve.
+    """
+    sig = np.asarray(sig, dtype=np.uint32)
+    if bands * rows > sig.shape[-1]:
+        raise ValueError(
+            f"{bands} bands × {rows} rows need {bands * rows} permutations, "
+            f"signatures have {sig.shape[-1]}"
+        )
+    cube = sig[:, : bands * rows].reshape(len(sig), bands, rows).astype(np.uint64)
+    acc = np.full((len(sig), bands), np.uint64(rows), dtype=np.uint64)
+    for r in range(rows):
+        acc *= _POLY_BAND
+        acc += cube[:, :, r]
+    return _mix(acc)
+
+
+def estimate_jaccard(sig_a: npt.ArrayLike, sig_b: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """The share of equal signature positions: an unbiased estimate of the Jaccard similarity.
+
+    Works on single signatures or on row-aligned matrices (then one value per row). Its standard
+    error is sqrt(J(1-J)/num_perm).
+    """
+    a = np.asarray(sig_a)
+    b = np.asarray(sig_b)
+    return np.asarray((a == b).mean(axis=-1), dtype=np.float64)
+
+
+def expected_error(jaccard: float, num_perm: int) -> float:
+    """Standard error of :func:`estimate_jaccard` at a true Jaccard ``jaccard``."""
+    return math.sqrt(max(jaccard * (1.0 - jaccard), 0.0) / num_perm)

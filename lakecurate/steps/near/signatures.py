@@ -1,0 +1,80 @@
+"""MinHash signatures of a chunk's candidate rows as Arrow columns (pure numpy and Arrow).
+
+The driver matches these columns against the lake's band index (``store.bands``); they are
+computed where the text is, so the driver never shingles a document it only has to join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecurate.config import Config
+from lakecurate.errors import ConfigError
+from lakecurate.steps.near import minhash
+from lakecurate.steps.near.minhash import MinHashConfig
+from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
+
+NEAR_DEDUP_REASONS = ("exact_dup", "duplicate_id", "near_dup")
+
+
+def _list_array(
+    matrix: npt.NDArray[np.generic], valid: npt.NDArray[np.bool_], value_type: pa.DataType
+) -> pa.Array:
+    """A list column of equal-length rows from a matrix, NULL where not ``valid``, zero copy."""
+    n, width = matrix.shape
+    offsets = pa.array(np.arange(0, (n + 1) * width, width, dtype=np.int32))
+    values = pa.array(np.ascontiguousarray(matrix).reshape(-1), type=value_type)
+    arr = pa.ListArray.from_arrays(offsets, values)
+    if valid.all():
+        return arr
+    mask = pa.array(~valid)
+    return pa.ListArray.from_arrays(offsets, values, mask=mask)
+
+
+def chunk_signatures(texts: Sequence[str], cfg: MinHashConfig) -> tuple[pa.Array, pa.Array]:
+    """(signature, bands) list columns for ``texts``; both NULL for a text without tokens.
+
+    This is what a worker computes for each kept document of its chunk; the driver only joins.
+    """
+    sig = minhash.signatures_of_texts(texts, cfg)
+    valid = ~minhash.is_empty(sig)
+    bands = minhash.band_hashes(sig, *cfg.layout)
+    return (_list_array(sig, valid, pa.uint32()), _list_array(bands, valid, pa.uint64()))
+
+
+def minhash_config(cfg: Config) -> MinHashConfig:
+    """The MinHash settings of a pipeline config (ranges checked here, named in the error)."""
+    try:
+        return MinHashConfig(**cfg.near_dedup.minhash_params())  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(f"[near_dedup]: {exc}") from exc
+
+
+def near_dedup_candidates(rows: pa.Table) -> pa.Array:
+    """Rows that take part in near dedup: everything that passed the filters."""
+    reason = rows["reason"]
+    return pc.or_(pc.is_null(reason), pc.is_in(reason, pa.array(NEAR_DEDUP_REASONS)))
+
+
+def add_signatures(rows: pa.Table, mh: MinHashConfig) -> pa.Table:
+    """Append the MinHash signature and band hashes of every candidate row (NULL elsewhere).
+
+    The driver matches them against the lake's band index; they never reach the Delta table.
+    """
+    candidate = near_dedup_candidates(rows).to_numpy(zero_copy_only=False)
+    positions = np.flatnonzero(candidate)
+    texts = rows["text"].take(pa.array(positions)).to_pylist()
+    sig, bands = chunk_signatures([t or "" for t in texts], mh)
+    full_sig = pa.array([None] * rows.num_rows, sig.type)
+    full_bands = pa.array([None] * rows.num_rows, bands.type)
+    if len(positions):
+        index = np.full(rows.num_rows, -1, dtype=np.int64)
+        index[positions] = np.arange(len(positions))
+        take = pa.array(index, mask=index < 0)
+        full_sig, full_bands = sig.take(take), bands.take(take)
+    return rows.append_column(SIGNATURE_COLUMN, full_sig).append_column(BANDS_COLUMN, full_bands)

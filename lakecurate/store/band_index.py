@@ -1,0 +1,265 @@
+"""The lake-wide LSH band index in ``state.duckdb`` that each chunk is matched against.
+
+Workers compute signatures and band hashes (``steps.near.signatures``); the driver, sequentially
+in chunk order, matches each chunk against the band index of everything already in the lake and
+within itself (:class:`NearDedupIndex`), then adds the chunk to the index (design section 7).
+
+Determinism: every decision is a function of the documents in ``doc_seq`` order only. A document's
+cluster is the smallest cluster among its *earlier* neighbours (or itself), so a later chunk never
+changes an earlier decision and running chunk by chunk equals running everything as one chunk.
+This module never opens a database: it is handed a connection (``engine.connect`` opens them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import duckdb
+import duckdb.func
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from lakecurate import engine
+from lakecurate.errors import LakeError
+from lakecurate.steps.near import minhash
+from lakecurate.steps.near.minhash import MinHashConfig
+
+ROW_BITS = 32
+"""doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
+
+MAX_ROUNDS = 10_000
+
+Link = Literal["any", "kept"]
+LINKS: tuple[Link, ...] = ("any", "kept")
+"""Clustering rules of :class:`NearDedupIndex` (``link``): see docs/near-dedup.md."""
+
+CHUNK_SCHEMA = pa.schema(
+    [
+        pa.field("doc_seq", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("bands", pa.list_(pa.uint64())),
+        pa.field("signature", pa.list_(pa.uint32())),
+    ]
+)
+"""What :meth:`NearDedupIndex.match_chunk` takes: NULL bands for a document without tokens."""
+
+RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("doc_seq", pa.int64(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("cluster_id", pa.int64()),
+        pa.field("dup_of", pa.string()),
+    ]
+)
+
+
+def make_doc_seq(chunk_ordinal: int, rows: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Global order keys of a chunk's rows; both parts can be read back with ``split_doc_seq``.
+
+    ``chunk_ordinal`` must grow in the order the driver processes chunks (its commit order, not
+    the chunk key's sort order: a crawl added later comes later); ``rows`` is each document's
+    0-based rank in line order within the chunk.
+    """
+    r = np.asarray(rows, dtype=np.int64)
+    if not 0 <= chunk_ordinal < 2**31 - 1:
+        raise ValueError(f"chunk ordinal {chunk_ordinal} out of range")
+    if len(r) and (r.min() < 0 or r.max() >= 2**ROW_BITS):
+        raise ValueError("row numbers must be in [0, 2**32)")
+    return (np.int64(chunk_ordinal) << np.int64(ROW_BITS)) | r
+
+
+def split_doc_seq(doc_seq: int) -> tuple[int, int]:
+    """(chunk ordinal, row in chunk) of an order key."""
+    return doc_seq >> ROW_BITS, doc_seq & ((1 << ROW_BITS) - 1)
+
+
+# -- signatures as Arrow ---------------------------------------------------------------------------
+def _matrix(col: pa.Array | pa.ChunkedArray, width: int) -> minhash.U32:
+    """A list column of signatures (NULL rows allowed) as an (n, width) matrix, NULL -> EMPTY."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    n = len(col)
+    out: minhash.U32 = np.full((n, width), minhash.EMPTY, dtype=np.uint32)
+    if n == 0:
+        return out
+    valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    values = col.values.to_numpy(zero_copy_only=False)
+    lengths = np.diff(offsets)
+    if (lengths[valid] != width).any():
+        raise LakeError(
+            f"signature rows must have {width} values: the config changed between "
+            "the workers and the driver"
+        )
+    rows = np.flatnonzero(valid)
+    idx = offsets[rows, None] + np.arange(width)[None, :]
+    out[rows] = values[idx]
+    return out
+
+
+def chunk_table(
+    doc_seq: npt.ArrayLike, doc_ids: Sequence[str] | pa.Array, signature: pa.Array, bands: pa.Array
+) -> pa.Table:
+    """The table :meth:`NearDedupIndex.match_chunk` takes, from the worker's columns."""
+    return pa.table(
+        [
+            pa.array(np.asarray(doc_seq, dtype=np.int64)),
+            pa.array(doc_ids, pa.string()),
+            bands,
+            signature,
+        ],
+        schema=CHUNK_SCHEMA,
+    )
+
+
+class NearDedupIndex:
+    """The LSH band index of a lake, and the chunk-by-chunk matching against it.
+
+    Usage by the driver, once per chunk, in chunk order::
+
+        idx = NearDedupIndex(con, cfg); idx.create_schema()
+        result = idx.match_chunk(table)      # before the Delta commit: decides dup_of, cluster_id
+        ...commit the chunk...
+        idx.add_chunk(table, result)         # inside the transaction that marks the chunk done
+
+    ``match_chunk`` reads the index but never writes it, and ignores index rows of this chunk or
+    later ones, so retrying a chunk after a crash gives the same answer; ``add_chunk`` first
+    forgets the chunk's rows, so it is idempotent too.
+    """
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, cfg: MinHashConfig, link: Link = "any"
+    ) -> None:
+        """``link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins a
+        document to the smallest cluster among its earlier neighbours, so chains through dropped
+        documents merge; ``"kept"`` joins it only to a cluster whose kept document it is itself
+        near (verified against the representative, never through a chain), which needs
+        ``cfg.verify``. A lake's index records its rule and refuses the other one."""
+        if link not in LINKS:
+            raise ValueError(f"link must be one of {LINKS}, not {link!r}")
+        if link == "kept" and not cfg.verify:
+            raise LakeError('near-dedup link = "kept" compares signatures: it needs verify = true')
+        self.con = con
+        self.cfg = cfg
+        self.link = link
+        self.rounds = 0  # propagation rounds of the last match, for tests and stats
+
+    @property
+    def min_matches(self) -> int:
+        """Equal signature positions a verified pair needs: ceil(threshold * num_perm)."""
+        return math.ceil(self.cfg.threshold * self.cfg.num_perm - 1e-9)
+
+    def create_schema(self) -> None:
+        """Create the index tables, or check that an existing index was built with this config."""
+        for name in (
+            "dedup.create_macros",
+            "dedup.create_bands",
+            "dedup.create_docs",
+            "dedup.create_meta",
+        ):
+            self.con.execute(engine.q(name))
+        rows = self.con.execute(engine.q("dedup.get_meta"), {"key": "fingerprint"}).fetchall()
+        row = rows[0] if rows else None
+        fp = self.cfg.fingerprint()
+        links = self.con.execute(engine.q("dedup.get_meta"), {"key": "link"}).fetchall()
+        if row is None:
+            self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})
+        elif row[0] != fp:
+            raise LakeError(
+                f"the lake's near-dedup index was built with MinHash settings {row[0]}, the config "
+                f"now gives {fp} (num_perm, ngram, seed, unit, bands or rows changed, or another "
+                "Python Unicode version): restore the old [near_dedup] settings, or rebuild the "
+                "index with a full re-ingest"
+            )
+        # An index made before the rule was recorded used the only rule there was: "any".
+        stored = links[0][0] if links else ("any" if row is not None else None)
+        if stored is None:
+            self.con.execute(engine.q("dedup.put_meta"), {"key": "link", "value": self.link})
+        elif stored != self.link:
+            raise LakeError(
+                f'the lake\'s near-dedup index was built with [near_dedup].link = "{stored}", '
+                f'the config now gives "{self.link}": the clusters of one rule cannot be extended '
+                f'with the other. Restore link = "{stored}", or use a new lake for the new rule'
+            )
+
+    def _register(self, docs: pa.Table) -> tuple[int, int]:
+        docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
+        self.con.register("nd_chunk", docs)
+        if docs.num_rows == 0:
+            return 0, -1
+        seqs = docs["doc_seq"].to_numpy()
+        return int(seqs.min()), int(seqs.max())
+
+    def match_chunk(self, docs: pa.Table) -> pa.Table:
+        """Decide a chunk: (doc_seq, doc_id, cluster_id, dup_of) per row, ordered by doc_seq.
+
+        ``docs`` follows :data:`CHUNK_SCHEMA`; every doc_seq must exceed those already indexed
+        (rows of this chunk already in the index, from an interrupted earlier attempt, are
+        ignored). ``cluster_id`` is the doc_seq of the cluster's kept document (its own for a
+        kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
+        """
+        lo, _hi = self._register(docs)
+        try:
+            params = {"chunk_min": lo}
+            self.con.execute(engine.q("dedup.chunk_bands"))
+            self.con.execute(
+                engine.q("dedup.chunk_edges"),
+                {**params, "verify": self.cfg.verify, "min_matches": self.min_matches},
+            )
+            kept = self.link == "kept"
+            if kept:
+                self.con.execute(
+                    engine.q("dedup.init_labels_kept"), {"min_matches": self.min_matches}
+                )
+                self.con.execute(engine.q("dedup.start_labels_kept"))
+            else:
+                self.con.execute(engine.q("dedup.init_labels"))
+            self.rounds = 0
+            while True:
+                self.rounds += 1
+                if self.rounds > MAX_ROUNDS:
+                    raise LakeError("near-dedup label propagation did not settle: report a bug")
+                if kept:
+                    self.con.execute(
+                        engine.q("dedup.step_labels_kept"),
+                        {**params, "min_matches": self.min_matches},
+                    )
+                else:
+                    self.con.execute(engine.q("dedup.step_labels"))
+                ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()
+                if changed == 0:
+                    break
+                self.con.execute(engine.q("dedup.swap_labels"))
+            result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
+        finally:
+            self.con.unregister("nd_chunk")
+        return result.cast(RESULT_SCHEMA)
+
+    def add_chunk(self, docs: pa.Table, matched: pa.Table) -> None:
+        """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
+
+        Dropped documents are indexed too: a later document that is near only to a dropped one
+        joins that one's cluster, exactly as in one batch run over everything. Run it inside the
+        caller's transaction (it issues plain statements, no BEGIN/COMMIT of its own).
+        """
+        lo, hi = self._register(docs)
+        self.con.register("nd_matched", matched)
+        try:
+            self.con.execute(engine.q("dedup.chunk_bands"))
+            self.con.execute(engine.q("dedup.forget_range"), {"lo": lo, "hi": hi})
+            self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
+            self.con.execute(engine.q("dedup.insert_bands"))
+            self.con.execute(engine.q("dedup.insert_docs"), {"verify": self.cfg.verify})
+        finally:
+            self.con.unregister("nd_chunk")
+            self.con.unregister("nd_matched")
+
+    def largest_clusters(self, limit: int = 10, samples: int = 5) -> pa.Table:
+        """The biggest clusters: cluster_id, size, kept_id, sample_ids (a giant one means the
+        threshold is too loose)."""
+        return self.con.sql(
+            engine.q("dedup.largest_clusters"), params={"limit": limit, "samples": samples}
+        ).to_arrow_table()

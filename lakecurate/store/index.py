@@ -1,0 +1,270 @@
+"""The two-tier membership index: "is this document id / this content already in the lake?".
+
+Tier 2 is authoritative: DuckDB tables of 128-bit keys in ``state.duckdb`` (``doc_ids``,
+``content_hashes``), written inside the caller's state transaction so the index and the chunk
+statuses never disagree. Tier 1, when enabled, is a Bloom filter per key space in memory: a "no"
+from it is final, only "maybe" keys reach DuckDB, in one batched join per chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from lakecurate import engine
+from lakecurate.store import bloom
+
+TIER1_P = 0.001  # target false-positive rate of each Bloom filter
+TIER1_MIN_N = 1_000_000  # initial capacity; the filter grows as a chain beyond it
+SPACES = (("content", "index.content_since"), ("ids", "index.ids_since"))
+
+
+def describe_filter(filt: bloom.BloomFilter | bloom.ScalableBloomFilter) -> dict[str, object]:
+    """n, m, k, fill ratio, estimated and target p, memory of a tier-1 filter (`index stats`)."""
+    parts = filt.filters if isinstance(filt, bloom.ScalableBloomFilter) else (filt,)
+    return {
+        "n": len(filt),
+        "filters": len(parts),
+        "m_bits": sum(f.m for f in parts),
+        "k": ",".join(str(f.k) for f in parts),
+        "fill_ratio": round(max(f.fill_ratio for f in parts), 6),
+        "estimated_p": float(f"{sum(f.estimated_fp_rate for f in parts):.3g}"),
+        "target_p": filt.target_p,
+        "memory_mib": round(filt.memory_bytes / 2**20, 3),
+    }
+
+
+@dataclass
+class IndexStats:
+    """Counters of one run, for `index stats` and for tests that count tier-2 queries."""
+
+    lookups: int = 0  # keys asked about
+    maybe: int = 0  # keys tier 1 could not rule out (all of them without tier 1)
+    tier2_queries: int = 0  # batched DuckDB joins issued
+    tier2_hits: int = 0  # keys DuckDB confirmed as present
+    seconds: float = 0.0  # time spent in lookups and index writes
+    lookup_seconds: float = 0.0  # of which lookups (tier 1 and tier 2)
+    write_seconds: float = 0.0  # of which index writes (tier 2 inserts and tier 1 adds)
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class MembershipIndex:
+    """Lake-wide membership of document ids and kept contents; see the module docstring."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self._con = con
+        self.stats = IndexStats()
+        # Tier 1 filters by key space ("content", "ids"); absent = every key is a "maybe".
+        self.tier1: dict[str, bloom.BloomFilter | bloom.ScalableBloomFilter] = {}
+        self._appenders: dict[str, duckdb.Appender] = {}  # by tier-2 table, made on first use
+
+    # -- tier 1: load, verify, top up, save ------------------------------------------------
+    def _halves(self, statement: str, since: int) -> Iterator[np.ndarray]:
+        reader = self._con.sql(engine.q(statement), params={"since": since}).to_arrow_reader(
+            1_000_000
+        )
+        for batch in reader:
+            if batch.num_rows:
+                yield np.stack([batch.column(0).to_numpy(), batch.column(1).to_numpy()], axis=1)
+
+    def watermark(self) -> int:
+        """The last DONE commit seq: what a Bloom file must cover to be current."""
+        return int(self._con.execute(engine.q("index.counts")).fetchall()[0][2])
+
+    def open_tier1(self, index_dir: Path) -> list[str]:
+        """Load the Bloom files, checking and topping them up from DuckDB; returns warnings.
+
+        The files are a cache: missing, damaged (checksum, truncation, foreign) or stale ones
+        are rebuilt from tier 2, so the answer is never wrong, only slower once.
+        """
+        warnings: list[str] = []
+        watermark = self.watermark()
+        counts = self._con.execute(engine.q("index.counts")).fetchall()[0]
+        for (space, since_statement), n in zip(SPACES, counts[:2], strict=True):
+            path = index_dir / f"{space}.bloom"
+            filt: bloom.BloomFilter | bloom.ScalableBloomFilter | None = None
+            since = -1
+            try:
+                filt, since = bloom.load(path)
+                if since > watermark:
+                    warnings.append(
+                        f"index file {path} is ahead of state.duckdb (watermark "
+                        f"{since} > {watermark}): rebuilt from state.duckdb"
+                    )
+                    filt, since = None, -1
+            except bloom.BloomFileError as exc:
+                if exc.problem != "missing" or n:
+                    warnings.append(
+                        f"index file {path} is {exc.problem} ({exc.detail}): "
+                        "rebuilt from state.duckdb"
+                    )
+            if filt is None:
+                filt = bloom.ScalableBloomFilter(max(TIER1_MIN_N, 2 * int(n)), TIER1_P)
+            for halves in self._halves(since_statement, since):
+                filt.add_hashes(halves)
+            self.tier1[space] = filt
+        return warnings
+
+    def save_tier1(self, index_dir: Path) -> None:
+        """Persist the Bloom files with the watermark they cover (atomic; a cache only)."""
+        index_dir.mkdir(exist_ok=True)
+        watermark = self.watermark()
+        for space, filt in self.tier1.items():
+            filt.save(index_dir / f"{space}.bloom", watermark)
+
+    # -- lookups ---------------------------------------------------------------------------
+    @staticmethod
+    def _halves_of(statement: str, strings: Sequence[str]) -> np.ndarray:
+        """(n, 2) uint64: the two 64-bit halves of each value's 128-bit tier-2 key.
+
+        Computed in numpy, no query: content keys are the md5 hex read big-endian (DuckDB's
+        ``('0x' || hex)::UHUGEINT``), id keys the md5 of the UTF-8 id read little-endian
+        (DuckDB's ``md5_number(id)``), so SQL over the stored keys agrees with these.
+        """
+        if not strings:
+            return np.zeros((0, 2), dtype=np.uint64)
+        if statement == "index.content_keys":
+            return (
+                np.frombuffer(bytes.fromhex("".join(strings)), dtype=">u8")
+                .reshape(-1, 2)
+                .astype(np.uint64)
+            )
+        digests = b"".join(
+            hashlib.md5(v.encode("utf-8", "surrogatepass")).digest() for v in strings
+        )
+        return np.ascontiguousarray(np.frombuffer(digests, dtype="<u8").reshape(-1, 2)[:, ::-1])
+
+    @classmethod
+    def _keys(cls, statement: str, column: str, values: pa.Array | Sequence[str]) -> pa.Table:
+        """(value, hi, lo) of each value; see ``_halves_of``."""
+        strings = values.to_pylist() if isinstance(values, pa.Array | pa.ChunkedArray) else values
+        halves = cls._halves_of(statement, strings)
+        return pa.table(
+            {
+                column: pa.array(strings, pa.string()),
+                "hi": pa.array(halves[:, 0]),
+                "lo": pa.array(halves[:, 1]),
+            }
+        )
+
+    def _maybe(self, space: str, statement: str, values: pa.Array) -> list[str]:
+        """The values tier 1 cannot rule out (all of them without tier 1)."""
+        strings = values.to_pylist()
+        self.stats.lookups += len(strings)
+        filt = self.tier1.get(space)
+        if filt is not None and strings:
+            hit = filt.contains_hashes(self._halves_of(statement, strings))
+            strings = [strings[i] for i in np.flatnonzero(hit)]
+        self.stats.maybe += len(strings)
+        return strings
+
+    def _tier2(self, statement: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+        """One tier-2 query; the maybe keys travel as list parameters (no registered table:
+        registering one costs more than the whole query at the sizes of one chunk)."""
+        self.stats.tier2_queries += 1
+        rows = self._con.execute(engine.q(statement), params).fetchall()
+        self.stats.tier2_hits += len(rows)
+        return rows
+
+    def content_seen(self, hashes: pa.Array) -> pa.Table:
+        """(content_hash, doc_id) of each content already kept somewhere in the lake."""
+        started = time.perf_counter()
+        maybe = self._maybe("content", "index.content_keys", hashes)
+        rows = self._tier2("index.content_seen", {"hashes": maybe}) if maybe else []
+        found = pa.table(
+            {
+                "content_hash": pa.array([r[0] for r in rows], pa.string()),
+                "doc_id": pa.array([r[1] for r in rows], pa.string()),
+            }
+        )
+        self._spent(started, "lookup_seconds")
+        return found
+
+    def ids_seen(self, ids: pa.Array) -> pa.Table:
+        """(id) of each given document id already in the lake."""
+        started = time.perf_counter()
+        maybe = self._maybe("ids", "index.id_keys", ids)
+        rows = self._tier2("index.ids_seen", {"ids": maybe}) if maybe else []
+        found = pa.table({"id": pa.array([r[0] for r in rows], pa.string())})
+        self._spent(started, "lookup_seconds")
+        return found
+
+    # -- writes (inside the caller's transaction) ------------------------------------------
+    def add(self, kept: pa.Table, given_ids: pa.Table, seq: int) -> None:
+        """Index a committed chunk: ``kept`` (content_hash, id, chunk_key) of its kept rows,
+        ``given_ids`` (id, chunk_key) of every row whose id came from the source.
+
+        Written through one DuckDB appender per table (a flush is one pre-bound INSERT, about
+        a third cheaper per chunk than an INSERT ... SELECT over list parameters and half of
+        one over a registered Arrow table), in the caller's transaction, so the rows commit
+        or roll back with the chunk's SUCCESS. The keys are the numpy halves tier 1 uses, and
+        equal the SQL definitions (``('0x' || hex)::UHUGEINT``, ``md5_number(id)``).
+        """
+        started = time.perf_counter()
+        if kept.num_rows:
+            hashes = kept["content_hash"].to_pylist()
+            halves = self._halves_of("index.content_keys", hashes)
+            self._append(
+                "content_hashes",
+                [
+                    ((hi << 64) | lo, doc_id, chunk_key, seq)
+                    for (hi, lo), doc_id, chunk_key in zip(
+                        halves.tolist(),
+                        kept["id"].to_pylist(),
+                        kept["chunk_key"].to_pylist(),
+                        strict=True,
+                    )
+                ],
+            )
+            self._tier1_add("content", halves)
+        if given_ids.num_rows:
+            halves = self._halves_of("index.id_keys", given_ids["id"].to_pylist())
+            # DISTINCT (key, chunk): an id repeated within a chunk is one row, as in rebuild
+            rows = dict.fromkeys(
+                ((hi << 64) | lo, chunk_key)
+                for (hi, lo), chunk_key in zip(
+                    halves.tolist(), given_ids["chunk_key"].to_pylist(), strict=True
+                )
+            )
+            self._append("doc_ids", [(key, chunk_key, seq) for key, chunk_key in rows])
+            self._tier1_add("ids", halves)
+        self._spent(started, "write_seconds")
+
+    def _append(self, table: str, rows: list[tuple[object, ...]]) -> None:
+        appender = self._appenders.get(table)
+        if appender is None:
+            appender = self._appenders[table] = self._con.appender(table)
+        appender.clear()  # nothing left over from a flush that failed
+        try:
+            appender.append_rows(rows)
+            appender.flush()
+        except BaseException:
+            appender.clear()
+            raise
+
+    def _tier1_add(self, space: str, halves: np.ndarray) -> None:
+        filt = self.tier1.get(space)
+        if filt is not None:
+            # Before the transaction commits: a rollback leaves extra keys in tier 1,
+            # which only costs a "maybe", never a wrong answer.
+            filt.add_hashes(halves)
+
+    def _spent(self, started: float, part: str) -> None:
+        took = time.perf_counter() - started
+        self.stats.seconds += took
+        setattr(self.stats, part, getattr(self.stats, part) + took)
+
+    def remove_chunks(self, keys: Sequence[str]) -> None:
+        """Forget the documents of chunks whose rows left the table (tier 1 keeps them as
+        harmless false positives until it is rebuilt)."""
+        for statement in ("index.remove_content_of_chunks", "index.remove_ids_of_chunks"):
+            self._con.execute(engine.q(statement), {"keys": list(keys)})

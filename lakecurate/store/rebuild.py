@@ -1,0 +1,252 @@
+"""Re-derive the lake state from the Delta table: after ``restore`` and by ``verify --repair``.
+
+The Delta log is the linearisation point, and every chunk commit carries its spec, counts and
+funnel in commitInfo, so chunk statuses, the funnel and the membership index can all be rebuilt
+from the table and its log. What cannot be rebuilt is only a cache: the stat cache is cleared
+(the next ingest re-hashes its inputs once) and Bloom files are rebuilt from tier 2 on open.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecurate import engine
+from lakecurate.lake.delta import DeltaStore, read_history
+from lakecurate.store.state import StateStore
+
+CONFIG_KEY = "lakecurate.config"
+"""commitInfo key of the pipeline config's TOML text: a lake whose lakecurate.toml was lost
+gets it back from its log (issue 12, D15)."""
+_SPEC_FIELDS = (
+    "source_path",
+    "source_sha256",
+    "format",
+    "chunk_index",
+    "byte_start",
+    "byte_end",
+    "row_group_start",
+    "row_group_end",
+    "first_line",
+    "input_sha256",
+    "input_bytes",
+)
+
+
+@dataclass
+class ResyncReport:
+    """What a resync changed."""
+
+    chunks_in_table: int
+    requeued: list[str]
+    restored: list[str]
+    commits_added: int
+
+
+def _log_commits(delta: DeltaStore) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Every lakecurate commit in the log (oldest first), and per chunk the record of the
+    commit that wrote the rows it has now.
+
+    A chunk can be committed more than once (decided again after a supersede, or back after its
+    bytes returned), and a restore to version V brings back the records as they were at V.
+    """
+    dt = delta.table()
+    if dt is None:
+        return [], {}
+    commits: list[dict[str, Any]] = []
+    history: list[tuple[int, str, dict[str, Any]]] = []  # (version, chunk key, record)
+    restores: dict[int, int] = {}  # version of a restore commit -> the version it restored
+    for entry in sorted(read_history(dt), key=lambda e: int(e["version"])):
+        if "lakecurate.seq" not in entry:
+            continue
+        key = entry.get("lakecurate.chunk_key")
+        version = int(entry["version"])
+        kind = (
+            ("REDECIDE" if "lakecurate.redecided" in entry else "APPEND")
+            if key
+            else (
+                "SUPERSEDE"
+                if "lakecurate.superseded" in entry
+                else "RESTORE"
+                if "lakecurate.restored" in entry
+                else str(entry.get("operation", "OTHER"))
+            )
+        )
+        keys = [key] if key else [k for k in entry.get("lakecurate.superseded", "").split(",") if k]
+        commits.append(
+            {
+                "seq": int(entry["lakecurate.seq"]),
+                "kind": kind,
+                "chunk_keys": keys,
+                "run_id": entry.get("lakecurate.run_id"),
+                "delta_version": version,
+            }
+        )
+        if key and "lakecurate.result" in entry:
+            history.append(
+                (
+                    version,
+                    key,
+                    json.loads(entry["lakecurate.result"])
+                    | {
+                        "seq": int(entry["lakecurate.seq"]),
+                        "delta_version": version,
+                        "run_id": entry.get("lakecurate.run_id"),
+                    },
+                )
+            )
+        if kind == "RESTORE":
+            restores[version] = int(entry["lakecurate.restored"])
+    return commits, _records_at(history, restores, None)
+
+
+def _records_at(
+    history: list[tuple[int, str, dict[str, Any]]], restores: dict[int, int], upto: int | None
+) -> dict[str, dict[str, Any]]:
+    """The newest record per chunk as of version ``upto`` (None: the latest), following
+    restores: after a restore to V the records are those as of V, then later ones on top."""
+    latest: dict[str, dict[str, Any]] = {}
+    events = sorted(
+        [(v, 1, None) for v in restores] + [(v, 0, i) for i, (v, _, _) in enumerate(history)]
+    )
+    for version, is_restore, i in events:
+        if upto is not None and version > upto:
+            break
+        if is_restore:
+            latest = _records_at(history, restores, restores[version])
+        else:
+            assert i is not None
+            _, key, record = history[i]
+            latest[key] = record
+    return latest
+
+
+def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
+    """Make chunk statuses, the funnel and the index agree with the table's current version."""
+    ds = delta.dataset()
+    commits, latest = _log_commits(delta)
+    if ds is None:
+        present = pa.table({"chunk_key": pa.array([], pa.string())})
+        rows = None
+    else:
+        rows = ds.to_table(
+            columns=["id", "id_given", "kept", "reason", "content_hash", "chunk_key", "dup_of"]
+        )
+        present = pa.table({"chunk_key": pc.unique(rows["chunk_key"])})
+    present_keys = set(present["chunk_key"].to_pylist())
+    records = [
+        {
+            "chunk_key": k,
+            **{f: r["spec"][f] for f in _SPEC_FIELDS},
+            "rows_in": r["rows_in"],
+            "rows_kept": r["rows_kept"],
+            "rows_malformed": r["rows_malformed"],
+            "worker": r.get("worker"),
+            "seq": r["seq"],
+            "delta_version": r["delta_version"],
+            "run_id": r["run_id"],
+        }
+        for k, r in sorted(latest.items())
+        if k in present_keys
+    ]
+    con = state.con
+    with state.transaction():
+        con.register("present", present)
+        con.register(
+            "records",
+            pa.Table.from_pylist(records)
+            if records
+            else pa.table(
+                {"chunk_key": pa.array([], pa.string()), "seq": pa.array([], pa.int64())}
+            ),
+        )
+        con.register(
+            "log_commits",
+            pa.Table.from_pylist(commits)
+            if commits
+            else pa.table(
+                {
+                    "seq": pa.array([], pa.int64()),
+                    "kind": pa.array([], pa.string()),
+                    "chunk_keys": pa.array([], pa.list_(pa.string())),
+                    "run_id": pa.array([], pa.string()),
+                    "delta_version": pa.array([], pa.int64()),
+                }
+            ),
+        )
+        try:
+            absent = [
+                r[0] for r in con.execute(engine.q("state.chunks_absent_from_table")).fetchall()
+            ]
+            back = [r[0] for r in con.execute(engine.q("state.chunks_back_in_table")).fetchall()]
+            con.execute(engine.q("state.requeue_absent"), {"keys": absent})
+            if records:
+                con.execute(engine.q("state.upsert_present"))
+                con.execute(engine.q("state.clear_funnel_of_present"))
+                for key, record in sorted(latest.items()):
+                    if key in present_keys:
+                        state.add_funnel(key, record.get("funnel", []))
+            con.execute(engine.q("state.clear_index"))
+            con.execute(engine.q("state.clear_ids"))
+            if rows is not None and records:
+                con.register("table_rows", rows)
+                con.execute(engine.q("state.index_from_table"))
+                con.execute(engine.q("state.ids_from_table"))
+                dangling = [r[0] for r in con.execute(engine.q("state.dangling_chunks")).fetchall()]
+                con.execute(engine.q("state.queue_redecide"), {"keys": dangling})
+                con.unregister("table_rows")
+            if con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+                con.execute(engine.q("state.near_forget_absent_bands"))
+                con.execute(engine.q("state.near_forget_absent_docs"))
+            con.execute(engine.q("state.clear_stat_cache"))
+            before = con.execute(engine.q("state.count_commits")).fetchall()[0]
+            con.execute(engine.q("state.insert_missing_commits"))
+            after = con.execute(engine.q("state.count_commits")).fetchall()[0]
+        finally:
+            for name in ("present", "records", "log_commits"):
+                con.unregister(name)
+    return ResyncReport(len(present_keys), absent, back, int(after[0]) - int(before[0]))  # type: ignore[index]
+
+
+def catch_up(state: StateStore, delta: DeltaStore) -> str | None:
+    """Rebuild a state that is behind the Delta log (deleted, an old backup) before anything
+    commits on top of it; returns a note when it did.
+
+    Commit seqs are app-transaction versions: a state that does not know the log's newest one
+    would number new commits below it, and delta-rs does not refuse that, so every chunk the
+    stale state calls PENDING would be committed a second time (issue 12, D3).
+    """
+    watermark = delta.watermark()
+    known = state.last_seq()
+    if watermark <= known:  # an open intent above the watermark is reconcile's job
+        return None
+    state.con.execute(engine.q("verify.drop_intents"))
+    out = resync(state, delta)
+    if state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        with state.transaction():  # rebuilt from the committed text by the next ingest
+            state.con.execute(engine.q("dedup.clear_bands"))
+            state.con.execute(engine.q("dedup.clear_docs"))
+    return (
+        f"the state knew commits up to seq {known} but the table's log holds seq "
+        f"{watermark} (a deleted or restored-from-backup state.duckdb?): re-derived it "
+        f"from the log ({out.chunks_in_table} chunk(s) committed) before going on"
+    )
+
+
+def logged_config(delta: DeltaStore) -> tuple[str | None, str | None]:
+    """(config TOML text, config hash) of the newest chunk commit in the log that names them:
+    the decisions the lake's documents were made with, whatever happened to lakecurate.toml."""
+    dt = delta.table()
+    if dt is None:
+        return None, None
+    text, digest = None, None
+    for entry in read_history(dt):  # newest first
+        digest = digest or entry.get("lakecurate.config_hash") or None
+        text = entry.get(CONFIG_KEY)
+        if text or digest:
+            return text, digest
+    return None, None
