@@ -4,7 +4,8 @@ Workers stage MinHash signatures and band hashes (``steps.near.signatures``); he
 order, each chunk is matched against everything committed before it and within itself
 (``store.band_index.NearDedupIndex``), kept documents near an earlier one become ``near_dup``
 of that cluster's kept document, and the chunk's bands join the index in the same state
-transaction as its SUCCESS. Order keys are ``commit seq << 32 | row``, so decisions depend only on commit order.
+transaction as its SUCCESS. Order keys are ``commit seq << 32 | row``, so decisions depend
+only on commit order.
 """
 
 from __future__ import annotations
