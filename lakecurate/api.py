@@ -19,9 +19,10 @@ from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError, QueryError
 from lakecurate.ingest.chunking import discover
 from lakecurate.ingest.commit import Committer
-from lakecurate.ingest.runner import IngestReport, LakePaths, ingest
+from lakecurate.ingest.runner import IngestReport, ingest
+from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.lock import LakeLock
+from lakecurate.lake.paths import LakePaths
 from lakecurate.ops import maintenance
 from lakecurate.ops.maintenance import CompactReport, VacuumReport
 from lakecurate.ops.verify import VerifyReport, verify
@@ -30,9 +31,12 @@ from lakecurate.read import history, query
 from lakecurate.read.export import DEFAULT_SHARD_BYTES, ExportManifest
 from lakecurate.read.versions import Explanation, LakeVersion
 from lakecurate.store import bloom
-from lakecurate.store.index import MembershipIndex, describe_filter
-from lakecurate.store.rebuild import catch_up, logged_config
-from lakecurate.store.state import SNAPSHOT_TABLES, StateStore
+from lakecurate.store.index import describe_filter
+from lakecurate.store.rebuild import logged_config
+from lakecurate.store.session import write_session
+from lakecurate.store.state import SNAPSHOT_TABLES
+
+__all__ = ["IngestReport", "Lake", "LakeStatus"]
 
 
 @dataclass
@@ -92,7 +96,7 @@ class Lake:
         text, digest = logged_config(DeltaStore(self.paths.documents))
         if text is not None:
             stored = configuration.from_dict(tomllib.loads(text))
-            atomic_write_text(self.paths.config, text)
+            atomic.write_text(self.paths.config, text)
             return stored
         if digest is None:
             return None
@@ -118,13 +122,14 @@ class Lake:
     ) -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment."""
         cfg = self.config(config)
-        discover(inputs)  # a typo'd path must fail before a lake (and its config) is created
+        given = [os.fspath(p) for p in inputs]
+        discover(given)  # a typo'd path must fail before a lake (and its config) is created
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
-            atomic_write_text(self.paths.config, configuration.to_toml(cfg))
+            atomic.write_text(self.paths.config, configuration.to_toml(cfg))
         return ingest(
             self.paths,
-            [os.fspath(p) for p in inputs],
+            given,
             cfg,
             workers=workers,
             verify=verify,
@@ -170,40 +175,27 @@ class Lake:
 
         A later ingest is then exactly as if the commits after ``version`` never happened.
         """
-        if not self.paths.state.exists():
-            raise LakeError(f"no lake at {self.root}: nothing to restore")
-        with LakeLock.acquire(self.paths.lock, "restore"):
-            state = StateStore.open(self.paths.state)
-            try:
-                delta = DeltaStore(self.paths.documents)
-                current = delta.version()
-                if not 0 <= version <= current:
-                    raise LakeError(
-                        f"version {version} does not exist: the lake has versions 0 to {current}"
-                    )
-                earliest, _ = delta.readable_range()
-                if version < earliest:
-                    raise LakeError(
-                        f"version {version} can no longer be restored: vacuum "
-                        f"deleted files it needs; versions {earliest} to {current} "
-                        "are intact"
-                    )
-                run_id = state.begin_run("restore", str(version), "")
-                catch_up(state, delta)
-                committer = Committer(state, delta, MembershipIndex(state.con), run_id, "", True)
-                committer.reconcile(self.paths.staging)
-                new_version = committer.restore(version)
-                state.finish_run(
-                    run_id, "OK", 0, 0, f"restored version {version} as version {new_version}"
+        with write_session(self.paths, "restore", str(version), None) as session:
+            delta = session.delta
+            current = delta.version()
+            if not 0 <= version <= current:
+                raise LakeError(
+                    f"version {version} does not exist: the lake has versions 0 to {current}"
                 )
-                return new_version
-            finally:
-                state.close()
+            earliest, _ = delta.readable_range()
+            if version < earliest:
+                raise LakeError(
+                    f"version {version} can no longer be restored: vacuum deleted files it "
+                    f"needs; versions {earliest} to {current} are intact"
+                )
+            new_version = Committer(session, None).restore(version)
+            session.finish("OK", f"restored version {version} as version {new_version}")
+            return new_version
 
     def verify(self, *, repair: bool = False, deep: bool = False) -> VerifyReport:
         """Check that table, log, state and index agree (``deep``: read every page of every
         live data file too); with ``repair``, fix what can be."""
-        return verify(self.root, repair=repair, deep=deep)
+        return verify(self.paths, self._config_if_known(), repair=repair, deep=deep)
 
     def index_stats(self) -> query.QueryResult:
         """Tier 1 per key space (n, m, k, fill, estimated and target p, memory, from the Bloom
@@ -260,14 +252,10 @@ class Lake:
 
     def retry(self, keys: list[str] | None = None) -> list[str]:
         """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""
-        if not self.paths.state.exists():
-            raise LakeError(f"no lake at {self.root}: nothing to retry")
-        with LakeLock.acquire(self.paths.lock, "retry"):
-            state = StateStore.open(self.paths.state)
-            try:
-                return state.requeue_dead(keys, None)
-            finally:
-                state.close()
+        with write_session(self.paths, "retry", " ".join(keys or []), None) as session:
+            requeued = session.state.requeue_dead(keys, None)
+            session.finish("OK", f"re-queued {len(requeued)} chunk(s)")
+            return requeued
 
     # -- time travel, lineage, export, maintenance (issue 3) --------------------------------
     def at(
@@ -313,29 +301,28 @@ class Lake:
 
     def compact(self, target_size: int | None = None) -> CompactReport:
         """Rewrite small data files into large ones (a new version; no document changes)."""
-        return maintenance.compact(self.root, target_size)
+        return maintenance.compact(self.paths, self._config_if_known(), target_size)
 
     def vacuum(
         self, dry_run: bool = True, retention_hours: float | None = None, force: bool = False
     ) -> VacuumReport:
         """Delete files only versions older than the retention need (a dry run by default)."""
         self._require_state()
-        return maintenance.vacuum(self.root, dry_run, retention_hours, force)
+        return maintenance.vacuum(
+            self.paths, self._config_if_known(), dry_run, retention_hours, force
+        )
 
     def checkpoint(self) -> int:
         """Write a Delta checkpoint of the latest version; returns the version."""
-        return maintenance.checkpoint(self.root)
+        return maintenance.checkpoint(self.paths, self._config_if_known())
 
     def _require_state(self) -> None:
-        if not self.paths.state.exists():
-            raise LakeError(
-                f"no lake at {self.root} (no state.duckdb): run `lakecurate "
-                "ingest` first, or pass --lake"
-            )
+        self.paths.require_state("read")
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a small text file whole or not at all."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    def _config_if_known(self) -> Config | None:
+        """The lake's config for a command that makes no decisions (its near-dedup settings
+        keep the band index whole); None when the lake has none on record."""
+        try:
+            return self.config() if self.paths.state.exists() else None
+        except ConfigError:
+            return None

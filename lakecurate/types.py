@@ -64,8 +64,8 @@ class WorkOrder:
     run_id: str
     config_hash: str
     exact_dedup: bool = True
-    # The pipeline config as lakecurate.toml text (config.to_toml): filters, PII, gates. Empty:
-    # the worker reads the lake's own lakecurate.toml next to staging_dir, checked by hash.
+    # The pipeline config as lakecurate.toml text (config.to_toml): filters, PII, gates, near
+    # dedup. Empty: the default pipeline. The worker never reads the lake's files for it.
     decisions: str = ""
 
 

@@ -2,15 +2,14 @@
 
 The protocol (design section 6): record the intent (COMMITTING, seq) in DuckDB, commit to Delta
 with app transaction ``seq``, then mark SUCCESS and index the kept hashes in one DuckDB
-transaction. The Delta log is the linearisation point: on start, ``reconcile`` finalises intents
-the log has (seq <= watermark) and abandons the others, deleting any data file their interrupted
-write left behind, so nothing is committed twice and nothing half-written stays in the table.
+transaction. The Delta log is the linearisation point: a crash between the steps is repaired by
+``store.recovery.reconcile`` when the next write session opens, so nothing is committed twice
+and nothing half-written stays in the table.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,13 +18,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakecurate import config as configuration
 from lakecurate import engine, faults
+from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
-from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.record import APPEND, REDECIDE, RESTORE, SUPERSEDE, CommitRecord
 from lakecurate.steps.near.signatures import add_signatures
-from lakecurate.store.index import MembershipIndex
-from lakecurate.store.rebuild import CONFIG_KEY, resync
-from lakecurate.store.state import StateStore
+from lakecurate.store.recovery import finish_restore, forget_near, index_writer
+from lakecurate.store.session import WriteSession
 from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN, ChunkResult, ChunkSpec
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
@@ -46,27 +46,19 @@ class CommitOutcome:
 class Committer:
     """Commits staged chunks one at a time, in the order the runner hands them over."""
 
-    def __init__(
-        self,
-        state: StateStore,
-        delta: DeltaStore,
-        index: MembershipIndex,
-        run_id: str,
-        config_hash: str,
-        exact_dedup: bool,
-        near: NearDedup | None = None,
-        config_text: str = "",
-    ) -> None:
-        self.near = near
-        self.config_text = config_text
+    def __init__(self, session: WriteSession, cfg: Config | None) -> None:
+        """Commits into ``session``'s lake with the decisions of ``cfg`` (None: a command that
+        makes no decisions, such as restore)."""
+        self.state = session.state
+        self.delta = session.delta
+        self.index = session.index
+        self.run_id = session.run_id
+        self.near = NearDedup(session.near) if session.near is not None else None
+        self.config_hash = cfg.hash if cfg else ""
+        self.config_text = configuration.to_toml(cfg) if cfg else ""
+        self.exact_dedup = cfg.dedup.exact if cfg else True
         self.redecided = 0  # chunks decided again by this committer
         self._scratch_con: duckdb.DuckDBPyConnection | None = None
-        self.state = state
-        self.delta = delta
-        self.index = index
-        self.run_id = run_id
-        self.config_hash = config_hash
-        self.exact_dedup = exact_dedup
 
     # -- decisions -------------------------------------------------------------------------
     def decide(self, staged: pa.Table) -> pa.Table:
@@ -119,22 +111,7 @@ class Committer:
         finally:
             con.unregister("decided")
         steps = [tuple(s) for s in worker_steps if not str(s[0]).startswith("exact_dup")]
-        return [*steps, *lake]  # type: ignore[list-item]
-
-    def _index(
-        self, rows: pa.Table, seq: int, near_writer: Callable[[], None] | None = None
-    ) -> Callable[[object], None]:
-        """The index writer for this chunk, called inside the state transaction."""
-        kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
-        not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"), False))
-        given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
-
-        def write(_kept: object) -> None:
-            self.index.add(kept, given, seq)
-            if near_writer is not None:
-                near_writer()
-
-        return write
+        return [*steps, *lake]
 
     # -- the protocol ----------------------------------------------------------------------
     def commit(self, spec: ChunkSpec, result: ChunkResult) -> CommitOutcome:
@@ -169,7 +146,7 @@ class Committer:
             rows = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
         kept = int(pc.sum(rows["kept"]).as_py() or 0)
         faults.hit("before_delta_commit", key)
-        record = {
+        chunk = {
             "rows_in": result.rows_in,
             "rows_malformed": result.rows_malformed,
             "rows_kept": kept,
@@ -179,19 +156,17 @@ class Committer:
             "redactions": result.redactions,
             "spec": asdict(spec) | {"format": spec.format.value},
         }
-        metadata = {
-            "lakecurate.chunk_key": key,
-            "lakecurate.run_id": self.run_id,
-            "lakecurate.config_hash": self.config_hash,
-            "lakecurate.rows_in": str(result.rows_in),
-            "lakecurate.rows_kept": str(kept),
-            "lakecurate.result": json.dumps(record),
-        }
-        if self.config_text:
-            metadata[CONFIG_KEY] = self.config_text
-        if replace:
-            metadata["lakecurate.redecided"] = "true"
-        version = self.delta.append(rows, seq, metadata, replace=replace)
+        record = CommitRecord(
+            kind=REDECIDE if replace else APPEND,
+            run_id=self.run_id,
+            chunk_key=key,
+            config_hash=self.config_hash,
+            rows_in=result.rows_in,
+            rows_kept=kept,
+            result=chunk,
+            config_text=self.config_text or None,
+        )
+        version = self.delta.append(rows, seq, record.metadata(), replace=replace)
         faults.hit("after_delta_commit", key)
         self.state.finish_append(
             seq,
@@ -200,7 +175,7 @@ class Committer:
             rows.filter(rows["kept"]),
             funnel,
             self.run_id,
-            self._index(rows, seq, near_writer),
+            index_writer(self.index, rows, seq, near_writer),
         )
         return CommitOutcome(key, version, result.rows_in, kept, funnel[-1][2])
 
@@ -223,7 +198,7 @@ class Committer:
             version, removed = self.delta.delete_chunks(
                 keys,
                 seq,
-                {"lakecurate.superseded": ",".join(keys), "lakecurate.run_id": self.run_id},
+                CommitRecord(SUPERSEDE, self.run_id, superseded=tuple(keys)).metadata(),
             )
             self.state.finish_supersede(seq, keys, version, removed, self.run_id, self._forget)
         else:
@@ -311,103 +286,8 @@ class Committer:
         seq = self.state.begin_commit("RESTORE", [], self.run_id, self.delta.version())
         faults.hit("before_delta_commit", "restore")
         new_version = self.delta.restore(
-            version, seq, {"lakecurate.restored": str(version), "lakecurate.run_id": self.run_id}
+            version, seq, CommitRecord(RESTORE, self.run_id, restored=version).metadata()
         )
         faults.hit("after_delta_commit", "restore")
-        self.finish_restore(seq, new_version)
+        finish_restore(self.state, self.delta, seq, new_version)
         return new_version
-
-    def finish_restore(self, seq: int, version: int) -> None:
-        resync(self.state, self.delta)
-        self.state.finish_commit(seq, version)
-
-    # -- recovery --------------------------------------------------------------------------
-    def reconcile(self, staging_dir: Path) -> list[str]:
-        """Bring DuckDB in line with the Delta log after a crash; returns what was done."""
-        notes: list[str] = []
-        watermark = self.delta.watermark()
-        for seq, kind, keys, intent_ns, _version_before in self.state.open_intents():
-            if seq <= watermark:
-                self._finalise(seq, kind, keys)
-                notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
-            else:
-                removed = self.delta.remove_unreferenced(intent_ns)
-                self.state.abandon_intent(seq, kind, keys, self.run_id)
-                notes.append(
-                    f"commit {seq} ({kind}) never reached Delta; will redo it"
-                    + (f"; removed {removed} orphan data file(s)" if removed else "")
-                )
-        self._clean_staging(staging_dir)
-        return notes
-
-    def _finalise(self, seq: int, kind: str, keys: list[str]) -> None:
-        """Complete step 4 of a commit the Delta log has, from what the log and table hold."""
-        entry = self.delta.find_commit(seq)
-        version = int(entry["version"]) if entry else self.delta.version()
-        if kind == "SUPERSEDE":
-            self.state.finish_supersede(
-                seq, keys, version, 0, self.run_id, self.index.remove_chunks
-            )
-            return
-        if kind == "RESTORE":
-            self.finish_restore(seq, version)
-            return
-        (key,) = keys  # an APPEND, or a REDECIDE (the rows it wrote are the chunk's rows now)
-        rows = self.delta.rows_of_chunks([key])
-        record = json.loads(entry["lakecurate.result"]) if entry else {}
-        kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        malformed = int(record.get("rows_malformed", 0))
-        result = ChunkResult(
-            chunk_key=key,
-            staged_path="",
-            input_sha256="",
-            config_hash="",
-            rows_in=rows.num_rows,
-            rows_kept=kept,
-            rows_dropped=rows.num_rows - kept - malformed,
-            rows_malformed=malformed,
-            blank_lines=0,
-            worker=str(record.get("worker", "")),
-            gate_violations=list(record.get("gate_violations", [])),
-            redactions=dict(record.get("redactions", {})),
-        )
-        funnel = [tuple(s) for s in record.get("funnel", [])]
-        near_writer = self.near.writer_from_committed(rows, seq) if self.near is not None else None
-        self.state.finish_append(
-            seq,
-            result,
-            version,
-            rows.filter(rows["kept"]),
-            funnel,
-            self.run_id,
-            self._index(rows, seq, near_writer),
-        )
-
-    def _clean_staging(self, staging_dir: Path) -> None:
-        """Remove temp files of interrupted writes and staged files already committed."""
-        if not staging_dir.exists():
-            return
-        temps = [p for p in staging_dir.iterdir() if ".tmp_" in p.name]
-        for path in temps + committed_staged_files(staging_dir, self.state):
-            path.unlink(missing_ok=True)
-
-
-def forget_near(state: StateStore, seqs: Sequence[int]) -> None:
-    """Drop the band-index rows of these commits, whether or not this command runs near dedup
-    (a `compact` finalising a crashed supersede must not leave them behind)."""
-    if seqs and state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
-        for statement in ("dedup.forget_seqs", "dedup.forget_docs_seqs"):
-            state.con.execute(engine.q(statement), {"seqs": list(seqs)})
-
-
-def committed_staged_files(staging_dir: Path, state: StateStore) -> list[Path]:
-    """Staged files of chunks already committed: nothing needs them any more (those of
-    pending chunks are what a resumed run commits without redoing the work)."""
-    if not staging_dir.is_dir():
-        return []
-    done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
-    return sorted(
-        p
-        for p in staging_dir.iterdir()
-        if ".tmp_" not in p.name and p.name.split(".", 1)[0] in done
-    )

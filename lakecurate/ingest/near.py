@@ -16,12 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecurate import engine
-from lakecurate.lake.delta import DeltaStore
-from lakecurate.steps.near.minhash import MinHashConfig
-from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store import band_index
-from lakecurate.store.state import StateStore
 from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
 
 NEAR_DUP = "near_dup"
@@ -30,21 +25,9 @@ NEAR_DUP = "near_dup"
 class NearDedup:
     """Near dedup for one lake; ``None`` in the committer when ``[near_dedup]`` is off."""
 
-    def __init__(self, index: band_index.NearDedupIndex, cfg: MinHashConfig) -> None:
+    def __init__(self, index: band_index.NearDedupIndex) -> None:
         self.index = index
-        self.cfg = cfg
-
-    def _chunk_table(self, rows: pa.Table, seq: int) -> tuple[pa.Table, np.ndarray]:
-        valid = pc.is_valid(rows[SIGNATURE_COLUMN]).to_numpy(zero_copy_only=False)
-        positions = np.flatnonzero(valid)
-        take = pa.array(positions)
-        table = band_index.chunk_table(
-            band_index.make_doc_seq(seq, positions),
-            rows["id"].take(take),
-            rows[SIGNATURE_COLUMN].take(take),
-            rows[BANDS_COLUMN].take(take),
-        )
-        return table, positions
+        self.cfg = index.cfg
 
     def apply(self, rows: pa.Table, seq: int) -> tuple[pa.Table, int, Callable[[], None]]:
         """Decide a chunk (rows sorted by source_line, with signature columns).
@@ -52,7 +35,7 @@ class NearDedup:
         Returns the rows (signature columns dropped), the number of near duplicates, and the
         index writer to call inside the state transaction.
         """
-        table, positions = self._chunk_table(rows, seq)
+        table, positions = band_index.chunk_table_of(rows, seq)
         matched = self.index.match_chunk(table)
         n = rows.num_rows
         cluster = np.full(n, -1, dtype=np.int64)
@@ -102,40 +85,3 @@ class NearDedup:
             pa.array(cluster, mask=~has_cluster),
         )
         return out, dups, lambda: self.index.add_chunk(table, matched)
-
-    def catch_up(self, state: StateStore, delta: DeltaStore) -> str | None:
-        """Index every committed chunk the band index lacks, from its committed text, in
-        commit order; returns a note when it did. Commands that do not run near dedup
-        (`compact`, `verify --repair`) may finalise an interrupted commit, and a state
-        rebuilt from the log has no band index: the next ingest must not match against a
-        partial index."""
-        chunks = state.con.execute(engine.q("dedup.unindexed_chunks")).fetchall()
-        if not chunks:
-            return None
-        table = delta.rows_of_chunks([key for key, _ in chunks])
-        by_chunk = table["chunk_key"]
-        indexed = 0
-        for key, seq in chunks:
-            rows = table.filter(pc.equal(by_chunk, key))
-            writer = self.writer_from_committed(rows, int(seq))
-            with state.transaction():
-                writer()
-            indexed += rows.num_rows > 0
-        return f"added {indexed} committed chunk(s) to the near-dedup index" if indexed else None
-
-    def writer_from_committed(self, rows: pa.Table, seq: int) -> Callable[[], None]:
-        """The index writer for a chunk already in the table (recovery, rebuild): signatures
-        are recomputed from the committed text, decisions read back from the rows."""
-        rows = rows.sort_by("source_line")
-        with_sig = add_signatures(rows, self.cfg)
-        table, positions = self._chunk_table(with_sig, seq)
-        take = pa.array(positions)
-        matched = pa.table(
-            {
-                "doc_seq": table["doc_seq"],
-                "doc_id": table["doc_id"],
-                "cluster_id": rows["cluster_id"].take(take),
-                "dup_of": rows["dup_of"].take(take),
-            }
-        )
-        return lambda: self.index.add_chunk(table, matched)

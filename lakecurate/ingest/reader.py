@@ -17,7 +17,7 @@ import math
 import re
 import zlib
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -307,7 +307,7 @@ def _split_lines(data: bytes) -> Iterator[bytes]:
         yield data[start:]
 
 
-def _bounded_lines(spec: ChunkSpec, stream: BinaryIO, limit: int) -> Iterator[bytes]:
+def _bounded_lines(spec: ChunkSpec, stream: io.BufferedIOBase, limit: int) -> Iterator[bytes]:
     """The lines of a decompressed stream, read one at a time so that neither the whole text
     nor one endless line is ever held: past ``limit`` decompressed bytes the chunk fails."""
     total = 0
@@ -370,13 +370,13 @@ def read_chunk(
         line = spec.first_line
         try:
             if spec.format is Format.JSONL_GZ:
-                stream: BinaryIO = gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[assignment]
+                stream: io.BufferedIOBase = gzip.GzipFile(fileobj=buffered, mode="rb")
             else:
                 # Arrow's stream hands out at most what is asked for: zstandard's decompressobj
                 # returns all the output of its input at once (the first 64 KiB of a 10,000:1
                 # file came back as all its 200 MB), and its stream_reader misses a cut frame.
                 zstd = pa.CompressedInputStream(buffered, "zstd")
-                stream = io.BufferedReader(zstd, 1 << 20)  # type: ignore[assignment]
+                stream = io.BufferedReader(zstd, 1 << 20)
             for raw in _bounded_lines(spec, stream, max_decompressed):
                 recs.add_line(line, raw)
                 line += 1
@@ -437,14 +437,14 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 
 
 def _is_string(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 def _column_values(spec: ChunkSpec, name: str, arr: pa.Array) -> list[Any]:
     """One column's values as JSON-ready Python values; a column that cannot be converted fails
     the chunk for good (the same bytes fail the same way on every attempt)."""
     try:
-        return _jsonable(arr).to_pylist()
+        return cast(list[Any], _jsonable(arr).to_pylist())
     except pa.ArrowMemoryError:
         raise
     except (pa.ArrowException, ValueError, TypeError, OverflowError) as exc:
@@ -455,7 +455,7 @@ def _column_values(spec: ChunkSpec, name: str, arr: pa.Array) -> list[Any]:
 
 
 def _is_binary(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_binary(t)
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_binary(t)
@@ -464,7 +464,7 @@ def _is_binary(t: pa.DataType) -> bool:
 
 
 def _is_list(t: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_list(t)
         or pa.types.is_large_list(t)
         or pa.types.is_fixed_size_list(t)

@@ -7,7 +7,6 @@ retries never change which document of a duplicate group is kept.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import traceback
@@ -17,62 +16,21 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakecurate import config as configuration
 from lakecurate.config import Config
 from lakecurate.errors import DiskFullError, PermanentChunkError, disk_full, is_disk_full
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
-from lakecurate.ingest.near import NearDedup
 from lakecurate.ingest.plan import make_plan
 from lakecurate.ingest.staging import read_staged_result, staged_name
-from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.lock import LakeLock
+from lakecurate.lake.paths import LakePaths
 from lakecurate.progress import NullReporter, Reporter
-from lakecurate.steps.near.signatures import minhash_config
-from lakecurate.store.band_index import NearDedupIndex
-from lakecurate.store.index import MembershipIndex
-from lakecurate.store.rebuild import catch_up
-from lakecurate.store.state import SNAPSHOT_NAME, StateStore
+from lakecurate.store.session import write_session
+from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 
 HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
-
-
-@dataclass
-class LakePaths:
-    """Where everything of one lake lives (design section 3)."""
-
-    root: Path
-
-    @property
-    def state(self) -> Path:
-        return self.root / "state.duckdb"
-
-    @property
-    def documents(self) -> Path:
-        return self.root / "documents"
-
-    @property
-    def staging(self) -> Path:
-        return self.root / "staging"
-
-    @property
-    def lock(self) -> Path:
-        return self.root / "lock"
-
-    @property
-    def index(self) -> Path:
-        return self.root / "index"
-
-    @property
-    def snapshot(self) -> Path:
-        return self.root / SNAPSHOT_NAME
-
-    @property
-    def config(self) -> Path:
-        return self.root / "lakecurate.toml"
 
 
 @dataclass
@@ -120,92 +78,38 @@ def ingest(
     reporter: Reporter | None = None,
     args: str = "",
 ) -> IngestReport:
-    """Run one ingest under the lake lock (see the module docstring)."""
+    """Run one ingest in a write session (see the module docstring)."""
     reporter = reporter or NullReporter()
     started = time.perf_counter()
-    paths.root.mkdir(parents=True, exist_ok=True)
-    paths.staging.mkdir(exist_ok=True)
     try:
-        with LakeLock.acquire(paths.lock, "ingest") as lock:
-            state = StateStore.open(paths.state)
+        with write_session(
+            paths, "ingest", args or json.dumps(inputs), cfg, create=True, bloom=True
+        ) as session:
+            report = IngestReport(run_id=session.run_id, notes=session.notes)
+            session.state.reset_running(session.run_id)
+            committer = Committer(session, cfg)
             try:
-                run_id = state.begin_run("ingest", args or json.dumps(inputs), cfg.hash)
-                report = IngestReport(run_id=run_id)
-                if lock.previous:
-                    report.notes.append(f"took over the lock of a dead process: {lock.previous}")
-                try:
-                    _ingest(paths, inputs, cfg, workers, verify, reporter, state, report)
-                except BaseException as exc:
-                    # On a full disk these writes may fail too: the first error is the news.
-                    with contextlib.suppress(Exception):
-                        state.reset_running(run_id)
-                        state.finish_run(
-                            run_id,
-                            "FAILED",
-                            report.chunks_committed,
-                            len(report.dead),
-                            f"{type(exc).__name__}: {exc}",
-                        )
-                    raise
-                report.seconds = time.perf_counter() - started
-                state.finish_run(
-                    run_id,
-                    report.outcome,
-                    report.chunks_committed,
-                    len(report.dead),
-                    "; ".join(report.file_errors)[:2000],
+                _plan_and_run(
+                    paths, inputs, cfg, workers, verify, reporter, session.state, report, committer
                 )
-                state.publish_snapshot(paths.snapshot)
-                return report
-            finally:
-                with contextlib.suppress(Exception):
-                    state.close()
-                reporter.close()
+            except BaseException:
+                session.done, session.dead = report.chunks_committed, len(report.dead)
+                raise
+            finally:  # the Bloom files are saved however the run ends (D16): by the session
+                committer.close()
+                report.index = session.index.stats.as_dict()
+                session.state.put_meta("index.last_run", json.dumps(report.index))
+            report.seconds = time.perf_counter() - started
+            session.done, session.dead = report.chunks_committed, len(report.dead)
+            session.finish(report.outcome, "; ".join(report.file_errors)[:2000])
+            session.state.publish_snapshot(paths.snapshot)
+            return report
     except Exception as exc:
         if is_disk_full(exc) and not isinstance(exc, DiskFullError):
             raise disk_full(exc, "writing the lake") from exc
         raise
-
-
-def _ingest(
-    paths: LakePaths,
-    inputs: list[str],
-    cfg: Config,
-    workers: int | None,
-    verify: bool,
-    reporter: Reporter,
-    state: StateStore,
-    report: IngestReport,
-) -> None:
-    delta = DeltaStore(paths.documents)
-    if note := catch_up(state, delta):
-        report.notes.append(note)
-    index = MembershipIndex(state.con)
-    near = None
-    if cfg.near_dedup.enabled:
-        near_index = NearDedupIndex(state.con, minhash_config(cfg), cfg.near_dedup.link)
-        near_index.create_schema()
-        near = NearDedup(near_index, near_index.cfg)
-    decisions = configuration.to_toml(cfg)
-    committer = Committer(
-        state, delta, index, report.run_id, cfg.hash, cfg.dedup.exact, near, config_text=decisions
-    )
-    report.notes += committer.reconcile(paths.staging)
-    if near is not None and (note := near.catch_up(state, delta)):
-        report.notes.append(note)
-    report.notes += index.open_tier1(paths.index)
-    for leftover in paths.root.glob("*.tmp_*"):  # e.g. a snapshot cut off by a kill
-        leftover.unlink(missing_ok=True)
-    state.reset_running(report.run_id)
-    try:  # the Bloom files are saved however the run ends, "nothing to do" included (D16)
-        _plan_and_run(
-            paths, inputs, cfg, workers, verify, reporter, state, report, committer, decisions
-        )
     finally:
-        committer.close()
-        index.save_tier1(paths.index)
-        report.index = index.stats.as_dict()
-        state.put_meta("index.last_run", json.dumps(report.index))
+        reporter.close()
 
 
 def _plan_and_run(
@@ -218,7 +122,6 @@ def _plan_and_run(
     state: StateStore,
     report: IngestReport,
     committer: Committer,
-    decisions: str,
 ) -> None:
     plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter, lake=paths.root)
     report.files, report.files_read = plan.files, plan.files_read
@@ -249,7 +152,7 @@ def _plan_and_run(
         run_id=report.run_id,
         config_hash=cfg.hash,
         exact_dedup=cfg.dedup.exact,
-        decisions=decisions,
+        decisions=committer.config_text,
     )
     n_workers = workers or cfg.ingest.workers or default_workers()
     _Scheduler(state, committer, reporter, report, cfg, order, n_workers, paths.snapshot).run(

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import BinaryIO
 
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakecurate import faults
+from lakecurate.lake import atomic
 from lakecurate.types import ChunkResult
 
 RESULT_KEY = b"lakecurate.result"
@@ -32,22 +32,12 @@ def staged_name(chunk_key: str, config_hash: str) -> str:
 def write_atomic_parquet(table: pa.Table, path: Path) -> None:
     """Write, seal with a checksum, fsync and rename, so a reader never sees a partial file
     and a file damaged later (a bit flip, a truncation) is found by ``read_staged_result``."""
-    tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
-    try:
+    with atomic.replacing(path) as tmp:
         with pq.ParquetWriter(tmp, table.schema, compression="zstd") as writer:
             writer.write_table(table)
             writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_HOLE})
         _seal(tmp)
         faults.hit("staged_write", path.name)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def read_staged_result(path: Path) -> ChunkResult | None:

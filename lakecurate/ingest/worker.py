@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
-from lakecurate.errors import PermanentChunkError
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import RESULT_KEY, staged_name, write_atomic_parquet
 from lakecurate.steps.filters import pipeline as filters
@@ -35,19 +34,8 @@ def _config_from_text(text: str) -> Config:
 
 
 def pipeline_config(order: WorkOrder) -> Config:
-    """The decision config of a work order: its own text, else the lake's lakecurate.toml."""
-    if order.decisions:
-        return _config_from_text(order.decisions)
-    path = Path(order.staging_dir).parent / "lakecurate.toml"
-    if not path.exists():
-        return Config()
-    cfg = _config_from_text(path.read_text(encoding="utf-8"))
-    if cfg.hash != order.config_hash:
-        raise PermanentChunkError(
-            f"{path} has config hash {cfg.hash} but this work order is for {order.config_hash}: "
-            "the lake's config changed during the run; re-run ingest"
-        )
-    return cfg
+    """The decision config of a work order (its TOML text; empty: the default pipeline)."""
+    return _config_from_text(order.decisions) if order.decisions else Config()
 
 
 def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
@@ -110,7 +98,7 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
         rows_dropped=decided.num_rows - kept - malformed,
         rows_malformed=malformed,
         blank_lines=recs.blank_lines,
-        filter_stats=funnel,  # type: ignore[arg-type]
+        filter_stats=funnel,
         worker=f"{socket.gethostname()}:{os.getpid()}",
         redactions=redactions,
         gate_violations=violations,

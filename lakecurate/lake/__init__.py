@@ -1,2 +1,2 @@
-"""The lake's files: the Delta table (the only door to ``deltalake``) and the writer's lock.
-Imports only the base modules."""
+"""The lake's files: paths, atomic writes, the Delta table (the only door to ``deltalake``), the
+commit record in its log, and the writer's lock. Imports only the base modules."""

@@ -28,6 +28,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
+from lakecurate.lake.record import CHUNK_KEY, SEQ_KEY
 from lakecurate.types import DOCUMENT_SCHEMA
 
 APP_ID = "lakecurate"
@@ -107,7 +108,7 @@ class DeltaStore:
     def _props(self, seq: int, metadata: dict[str, str]) -> CommitProperties:
         return CommitProperties(
             app_transactions=[Transaction(APP_ID, seq)],
-            custom_metadata={"lakecurate.seq": str(seq), **metadata},
+            custom_metadata={SEQ_KEY: str(seq), **metadata},
         )
 
     def append(
@@ -122,16 +123,23 @@ class DeltaStore:
         target: Any = dt if dt is not None else str(self.path)
         started_ns = time.time_ns()
         try:
-            faults.hit("delta_write", metadata.get("lakecurate.chunk_key", ""))  # tests: ENOSPC
-            key = metadata.get("lakecurate.chunk_key", "")
-            write_deltalake(
-                target,
-                rows.cast(DOCUMENT_SCHEMA),
-                mode="overwrite" if replace else "append",
-                predicate=("chunk_key = '" + key.replace("'", "''") + "'" if replace else None),
-                partition_by=PARTITION_BY,
-                commit_properties=self._props(seq, metadata),
-            )
+            key = metadata.get(CHUNK_KEY, "")
+            faults.hit("delta_write", key)  # tests: ENOSPC
+            data, props = rows.cast(DOCUMENT_SCHEMA), self._props(seq, metadata)
+            if replace:  # the chunk's rows swapped for these, in one commit
+                predicate = "chunk_key = '" + key.replace("'", "''") + "'"
+                write_deltalake(
+                    target,
+                    data,
+                    mode="overwrite",
+                    predicate=predicate,
+                    partition_by=PARTITION_BY,
+                    commit_properties=props,
+                )
+            else:
+                write_deltalake(
+                    target, data, mode="append", partition_by=PARTITION_BY, commit_properties=props
+                )
         except (DeltaError, OSError) as exc:
             self._dt = None  # re-read the log: did the commit land before the error?
             if self.watermark() < seq:  # no: its data files are garbage, remove them now
@@ -189,7 +197,7 @@ class DeltaStore:
         if dt is None:
             return None
         for entry in read_history(dt, limit):
-            if entry.get("lakecurate.seq") == str(seq):
+            if entry.get(SEQ_KEY) == str(seq):
                 return entry
         return None
 

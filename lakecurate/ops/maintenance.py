@@ -15,18 +15,15 @@ forced, the way Delta itself refuses it, and the default is a dry run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakecurate.config import Config
 from lakecurate.errors import LakeError
-from lakecurate.ingest.commit import Committer
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.lock import LakeLock
-from lakecurate.store.index import MembershipIndex
-from lakecurate.store.rebuild import catch_up
-from lakecurate.store.state import StateStore
+from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.record import CommitRecord
+from lakecurate.store.session import write_session
 
 
 @dataclass
@@ -52,48 +49,23 @@ class VacuumReport:
     readable: tuple[int, int] | None = None  # versions still readable afterwards
 
 
-@contextmanager
-def _maintaining(root: Path, command: str, args: str) -> Iterator[tuple[StateStore, str]]:
-    """The lake lock, the state, a run row, and a reconciled lake."""
-    state_path = root / "state.duckdb"
-    if not state_path.exists():
-        raise LakeError(f"no lake at {root}: nothing to {command}")
-    with LakeLock.acquire(root / "lock", command):
-        state = StateStore.open(state_path)
-        run_id = state.begin_run(command, args, "")
-        try:
-            delta = DeltaStore(root / "documents")
-            catch_up(state, delta)  # a stale state must not number commits below the log's
-            Committer(state, delta, MembershipIndex(state.con), run_id, "", True).reconcile(
-                root / "staging"
-            )
-            yield state, run_id
-        except BaseException as exc:
-            state.finish_run(run_id, "FAILED", 0, 0, str(exc)[:500])
-            raise
-        finally:
-            state.close()
-
-
 def _rows(delta: DeltaStore) -> int:
     ds = delta.dataset()
     return 0 if ds is None else int(ds.count_rows())
 
 
-def compact(root: Path, target_size: int | None = None) -> CompactReport:
+def compact(paths: LakePaths, cfg: Config | None, target_size: int | None = None) -> CompactReport:
     """Rewrite the table's small files (one per chunk commit) into files of about
     ``target_size`` bytes (delta-rs default: 100 MiB); checks that the rows and the
     watermark are unchanged afterwards."""
-    documents = root / "documents"
-    with _maintaining(root, "compact", str(target_size or "")) as (state, run_id):
+    documents = paths.documents
+    with write_session(paths, "compact", str(target_size or ""), cfg) as session:
         before = DeltaStore(documents)
         if before.table() is None:
             raise LakeError("the lake has no table yet: nothing to compact")
         version, watermark = before.version(), before.watermark()
         files, rows = len(before.referenced_files()), _rows(before)
-        before.compact(
-            target_size, {"lakecurate.run_id": run_id, "lakecurate.maintenance": "compact"}
-        )
+        before.compact(target_size, CommitRecord("COMPACT", session.run_id).metadata())
         after = DeltaStore(documents)
         if after.watermark() != watermark or _rows(after) != rows:
             raise LakeError(  # delta-rs guarantees both; this is a tripwire, not a path
@@ -103,22 +75,23 @@ def compact(root: Path, target_size: int | None = None) -> CompactReport:
         report = CompactReport(
             version, after.version(), files, len(after.referenced_files()), rows, watermark
         )
-        state.finish_run(
-            run_id,
+        session.finish(
             "OK",
-            0,
-            0,
             f"compacted {files} file(s) into {report.files_after}; version {report.version_after}",
         )
         return report
 
 
 def vacuum(
-    root: Path, dry_run: bool = True, retention_hours: float | None = None, force: bool = False
+    paths: LakePaths,
+    cfg: Config | None,
+    dry_run: bool = True,
+    retention_hours: float | None = None,
+    force: bool = False,
 ) -> VacuumReport:
     """Delete data files that no version newer than ``retention_hours`` (default: the
     table's retention) needs, and files no commit ever referenced (interrupted writes)."""
-    documents = root / "documents"
+    documents = paths.documents
     delta = DeltaStore(documents)
     floor = delta.retention_hours()
     hours = floor if retention_hours is None else retention_hours
@@ -136,19 +109,14 @@ def vacuum(
     if dry_run:
         files = delta.vacuum(hours, True, {})
         return VacuumReport(True, hours, files, _size(documents, files))
-    with _maintaining(root, "vacuum", f"retention_hours={hours:g}") as (state, run_id):
+    with write_session(paths, "vacuum", f"retention_hours={hours:g}", cfg) as session:
         delta = DeltaStore(documents)
         planned = delta.vacuum(hours, True, {})
         size = _size(documents, planned)
-        files = delta.vacuum(
-            hours, False, {"lakecurate.run_id": run_id, "lakecurate.maintenance": "vacuum"}
-        )
+        files = delta.vacuum(hours, False, CommitRecord("VACUUM", session.run_id).metadata())
         readable = DeltaStore(documents).readable_range()
-        state.finish_run(
-            run_id,
+        session.finish(
             "OK",
-            0,
-            0,
             f"vacuumed {len(files)} file(s), {size} bytes; "
             f"readable versions {readable[0]} to {readable[1]}",
         )
@@ -164,13 +132,13 @@ def _size(documents: Path, files: list[str]) -> int:
     return total
 
 
-def checkpoint(root: Path) -> int:
+def checkpoint(paths: LakePaths, cfg: Config | None) -> int:
     """Write a Delta checkpoint of the latest version; returns that version.
 
     delta-rs writes one every 100 commits on its own; an explicit one is for after a burst
     of commits, or before handing the table to a reader that replays logs slowly.
     """
-    with _maintaining(root, "checkpoint", "") as (state, run_id):
-        version = DeltaStore(root / "documents").checkpoint()
-        state.finish_run(run_id, "OK", 0, 0, f"checkpoint at version {version}")
+    with write_session(paths, "checkpoint", "", cfg) as session:
+        version = DeltaStore(paths.documents).checkpoint()
+        session.finish("OK", f"checkpoint at version {version}")
         return version

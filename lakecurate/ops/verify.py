@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate import engine
+from lakecurate.config import Config
 from lakecurate.errors import (
     BusyError,
     LakeError,
@@ -40,11 +41,18 @@ from lakecurate.errors import (
     lock_conflict,
     one_line,
 )
-from lakecurate.ingest.commit import committed_staged_files
+from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.lock import LakeLock
+from lakecurate.lake.paths import LakePaths
+from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import resync
+from lakecurate.store.recovery import (
+    chunks_missing_bands,
+    committed_staged_files,
+    index_missing_bands,
+)
 from lakecurate.store.state import StateStore
 
 # What DuckDB says about a file that is really damaged (as opposed to busy, full or a bug).
@@ -199,16 +207,15 @@ def _temp_files(root: Path) -> list[Path]:
     return [
         p
         for p in root.rglob("*")
-        if (".tmp_" in p.name or p.name.endswith(".toml.tmp"))
-        and "quarantine" not in p.relative_to(root).parts
+        if atomic.is_temp(p) and "quarantine" not in p.relative_to(root).parts
     ]
 
 
-def _check_bloom(root: Path, state: StateStore, report: VerifyReport) -> None:
+def _check_bloom(index_dir: Path, state: StateStore, report: VerifyReport) -> None:
     """The Bloom files are a cache: damaged or ahead of the state is a problem (repair rewrites
     them from DuckDB); behind the state is normal after a kill and topped up on open."""
     index = MembershipIndex(state.con)
-    report.problems += [f"Bloom cache: {w}" for w in index.open_tier1(root / "index")]
+    report.problems += [f"Bloom cache: {w}" for w in index.open_tier1(index_dir)]
 
 
 def _table_unreadable(exc: BaseException) -> LakeError:
@@ -218,7 +225,9 @@ def _table_unreadable(exc: BaseException) -> LakeError:
     )
 
 
-def _check_state(state: StateStore, delta: DeltaStore, report: VerifyReport) -> None:
+def _check_state(
+    state: StateStore, delta: DeltaStore, cfg: Config | None, report: VerifyReport
+) -> None:
     con = state.con
     success = dict(con.execute(engine.q("verify.success_chunks")).fetchall())
     ds = delta.dataset()
@@ -251,6 +260,7 @@ def _check_state(state: StateStore, delta: DeltaStore, report: VerifyReport) -> 
                 f"the content index has {n_index} entries for {n_kept} kept documents"
             )
         _check_duplicates(state, ds, report)
+        _check_bands(state, ds, cfg, report)
 
 
 def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
@@ -283,14 +293,62 @@ def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
         report.problems.append(f"document id {doc_id!r} is kept {n} times")
 
 
-def _check_log(delta: DeltaStore, root: Path, report: VerifyReport, repair: bool) -> bool:
+def _check_bands(state: StateStore, ds: Any, cfg: Config | None, report: VerifyReport) -> None:
+    """The near-dedup band index covers exactly the committed documents that have a signature:
+    no rows of commits that left, none of ids the chunk does not hold, no committed chunk
+    missing (an ingest would match new documents against a partial index)."""
+    con = state.con
+    if not con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        return
+    try:
+        rows = ds.to_table(columns=["id", "chunk_key", "reason", "text", "source_line"])
+    except _READ_ERRORS as exc:
+        raise _table_unreadable(exc) from exc
+    (stale,) = con.execute(engine.q("verify.stale_band_docs")).fetchall()[0]
+    con.register("table_rows", rows)
+    try:
+        (foreign,) = con.execute(engine.q("verify.band_docs_not_in_table")).fetchall()[0]
+    finally:
+        con.unregister("table_rows")
+    if stale:
+        report.problems.append(
+            f"the near-dedup band index holds {stale} document(s) of commits the lake no longer has"
+        )
+    if foreign:
+        report.problems.append(
+            f"the near-dedup band index holds {foreign} document id(s) their chunk does not have"
+        )
+    if cfg is not None and cfg.near_dedup.enabled:
+        near = NearDedupIndex.of_config(con, cfg)
+        for key in chunks_missing_bands(state, rows, near):
+            report.problems.append(f"chunk {key} is missing from the near-dedup band index")
+
+
+def _repair_bands(
+    state: StateStore, delta: DeltaStore, cfg: Config | None, report: VerifyReport
+) -> None:
+    """Rebuild the band index from the committed text (the state was just re-derived)."""
+    con = state.con
+    if not con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        return
+    with state.transaction():
+        con.execute(engine.q("dedup.clear_bands"))
+        con.execute(engine.q("dedup.clear_docs"))
+    if cfg is None or not cfg.near_dedup.enabled:
+        report.repaired.append("cleared the near-dedup band index (near dedup is off)")
+        return
+    index_missing_bands(state, delta, NearDedupIndex.of_config(con, cfg))
+    report.repaired.append("rebuilt the near-dedup band index from the table")
+
+
+def _check_log(delta: DeltaStore, paths: LakePaths, report: VerifyReport, repair: bool) -> bool:
     """The log's own damage, set aside when repairing; whether the table can be read now."""
     damage = delta.log_damage()
     report.problems += [f"Delta log: {what}" for what, _ in damage]
     report.unrepairable += [what for what, paths in damage if not paths]
     report.fixable = any(paths for _, paths in damage)
     if repair:
-        report.repaired += delta.set_aside_log(root / "quarantine")
+        report.repaired += delta.set_aside_log(paths.quarantine)
     elif any(paths for _, paths in damage):
         return False  # --repair can fix it; opening the table now would only fail
     try:
@@ -303,14 +361,19 @@ def _check_log(delta: DeltaStore, root: Path, report: VerifyReport, repair: bool
     return True
 
 
-def verify(root: Path, *, repair: bool = False, deep: bool = False) -> VerifyReport:
-    """Check the lake at ``root``; ``deep`` reads every page of every live data file; with
-    ``repair``, fix what can be fixed (holds the lock)."""
-    if not root.is_dir():
-        raise LakeError(f"no lake at {root}")
+def verify(
+    paths: LakePaths, cfg: Config | None, *, repair: bool = False, deep: bool = False
+) -> VerifyReport:
+    """Check the lake at ``paths``; ``deep`` reads every page of every live data file; with
+    ``repair``, fix what can be fixed (holds the lock). ``cfg`` is the lake's config: with
+    near dedup on, repair rebuilds the band index with its settings.
+
+    Not a write session: it must open (and may replace) a state that is damaged or missing."""
+    if not paths.root.is_dir():
+        raise LakeError(f"no lake at {paths.root}")
     report = VerifyReport()
-    with LakeLock.acquire(root / "lock", "verify"):
-        state_path = root / "state.duckdb"
+    with LakeLock.acquire(paths.lock, "verify"):
+        state_path = paths.state
         state: StateStore | None = None
         damaged = False
         if not state_path.exists():
@@ -322,7 +385,7 @@ def verify(root: Path, *, repair: bool = False, deep: bool = False) -> VerifyRep
                 damaged = True
                 report.problems.append(f"{state_path} is unreadable: {exc}")
         try:
-            state = _verify(root, state, damaged, report, repair, deep)
+            state = _verify(paths, cfg, state, damaged, report, repair, deep)
         finally:
             if state is not None:
                 state.close()
@@ -330,7 +393,8 @@ def verify(root: Path, *, repair: bool = False, deep: bool = False) -> VerifyRep
 
 
 def _verify(
-    root: Path,
+    paths: LakePaths,
+    cfg: Config | None,
     state: StateStore | None,
     damaged: bool,
     report: VerifyReport,
@@ -338,9 +402,9 @@ def _verify(
     deep: bool,
 ) -> StateStore | None:
     """The checks and the repair; returns the state store to close."""
-    state_path = root / "state.duckdb"
-    delta = DeltaStore(root / "documents")
-    readable = _check_log(delta, root, report, repair)
+    root, state_path = paths.root, paths.state
+    delta = DeltaStore(paths.documents)
+    readable = _check_log(delta, paths, report, repair)
     if readable:
         _check_files(delta, report, deep)
     table_ok = readable and not report.unrepairable
@@ -350,10 +414,10 @@ def _verify(
     if state is not None:
         try:
             if table_ok:  # the table cannot be scanned with files missing
-                _check_state(state, delta, report)
-            stale = committed_staged_files(root / "staging", state)
+                _check_state(state, delta, cfg, report)
+            stale = committed_staged_files(paths.staging, state)
             report.problems += [f"staged file of a committed chunk: {p}" for p in stale]
-            _check_bloom(root, state, report)
+            _check_bloom(paths.index, state, report)
         except LakeError as exc:
             report.problems.append(one_line(exc))
             report.unrepairable.append(str(exc))
@@ -409,14 +473,15 @@ def _verify(
         f"re-derived the state from the table: {out.chunks_in_table} chunk(s) SUCCESS, "
         f"{len(out.requeued)} re-queued, {out.commits_added} commit(s) recorded"
     )
-    for what, paths in (("temp", temps), ("orphan data", untracked), ("stale staged", stale)):
-        for p in paths:
+    for what, files in (("temp", temps), ("orphan data", untracked), ("stale staged", stale)):
+        for p in files:
             p.unlink(missing_ok=True)
-        if paths:
-            report.repaired.append(f"removed {len(paths)} {what} file(s)")
+        if files:
+            report.repaired.append(f"removed {len(files)} {what} file(s)")
+    _repair_bands(state, delta, cfg, report)
     # The Bloom cache, rewritten from the state as it now is.
     index = MembershipIndex(state.con)
-    index.open_tier1(root / "index")
-    index.save_tier1(root / "index")
+    index.open_tier1(paths.index)
+    index.save_tier1(paths.index)
     report.repaired.append("rewrote the Bloom cache from state.duckdb")
     return state

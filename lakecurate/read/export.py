@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from lakecurate import engine, faults
 from lakecurate.errors import LakeError, one_line
+from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore, utc_text
 from lakecurate.read import query
 from lakecurate.types import DOCUMENT_SCHEMA
@@ -87,14 +88,6 @@ class ExportManifest:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _prepare(out: Path) -> None:
     """``out`` must be new, empty, or an interrupted export of ours; starts its journal.
 
@@ -136,7 +129,7 @@ def _prepare(out: Path) -> None:
         for name in sorted(ours - {JOURNAL}):  # an interrupted export of ours: start again
             (out / name).unlink(missing_ok=True)
     journal.write_bytes(b"")
-    _fsync_dir(out)
+    atomic.fsync_path(out)
 
 
 def _journal(out: Path, name: str) -> None:
@@ -278,14 +271,9 @@ def export(
         files=files,
     )
     _journal(out, MANIFEST)
-    tmp = out / f".{MANIFEST}.tmp_{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(manifest.to_json())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, out / MANIFEST)
+    atomic.write_text(out / MANIFEST, manifest.to_json(), hidden=True)
     (out / JOURNAL).unlink()  # finished: the manifest now says what is ours
-    _fsync_dir(out)
+    atomic.fsync_path(out)
     return manifest
 
 

@@ -15,7 +15,6 @@ version. ``diff`` is a full outer join on that key; what it counts adds up exact
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pyarrow as pa
 from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.record import APPEND, REDECIDE, SUPERSEDE, CommitRecord
 from lakecurate.read import query
 from lakecurate.store.state import SNAPSHOT_TABLES
 
@@ -53,15 +53,11 @@ def _int(metrics: dict[str, Any], *names: str) -> int | None:
     return None
 
 
-def _operation(entry: dict[str, Any]) -> str:
+def _operation(entry: dict[str, Any], record: CommitRecord) -> str:
     """lakecurate's name for a commit: APPEND, REDECIDE, SUPERSEDE, RESTORE, COMPACT, ..."""
+    if record.kind in (APPEND, REDECIDE, SUPERSEDE):
+        return record.kind
     op = str(entry.get("operation", "UNKNOWN"))
-    if "lakecurate.redecided" in entry:
-        return "REDECIDE"
-    if "lakecurate.chunk_key" in entry:
-        return "APPEND"
-    if "lakecurate.superseded" in entry:
-        return "SUPERSEDE"
     return {
         "OPTIMIZE": "COMPACT",
         "VACUUM START": "VACUUM",
@@ -82,11 +78,9 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
         version = int(e["version"])
         metrics = e.get("operationMetrics") or {}
         params = e.get("operationParameters") or {}
-        op = _operation(e)
-        key = e.get("lakecurate.chunk_key")
-        keys = (
-            [key] if key else [k for k in str(e.get("lakecurate.superseded", "")).split(",") if k]
-        )
+        record = CommitRecord.parse(e)
+        op = _operation(e, record)
+        keys = record.chunk_keys
         added = removed = 0
         files_added = _int(metrics, "num_added_files", "numFilesAdded", "numRestoredFile")
         files_removed = _int(metrics, "num_removed_files", "numFilesRemoved", "numRemovedFile")
@@ -94,7 +88,7 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
         if op == "APPEND":
             added = _int(metrics, "num_added_rows") or 0
         elif op == "REDECIDE":  # the chunk's rows swapped for newly decided ones, one for one
-            added = removed = int(e.get("lakecurate.rows_in", 0))
+            added = removed = record.rows_in or 0
             detail = "decided again: documents it referred to left the lake"
         elif op == "SUPERSEDE" or e.get("operation") == "DELETE":
             removed = _int(metrics, "num_deleted_rows") or 0
@@ -102,7 +96,8 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
             before, after = delta.files_at(version - 1), delta.files_at(version)
             added = sum(n or 0 for p, n in after.items() if p not in before)
             removed = sum(n or 0 for p, n in before.items() if p not in after)
-            detail = f"restored version {e.get('lakecurate.restored', params.get('version'))}"
+            restored = record.restored if record.restored is not None else params.get("version")
+            detail = f"restored version {restored}"
         elif op == "COMPACT":
             detail = f"{files_removed} file(s) rewritten as {files_added}"
         elif op == "VACUUM":
@@ -121,29 +116,26 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
                     int(e["timestamp"]) / 1000, datetime.UTC
                 ),
                 "operation": op,
-                "seq": int(e["lakecurate.seq"]) if "lakecurate.seq" in e else None,
+                "seq": record.seq,
                 "chunk_keys": keys,
                 "rows_added": added,
                 "rows_removed": removed,
                 "files_added": files_added,
                 "files_removed": files_removed,
-                "run_id": e.get("lakecurate.run_id"),
-                "config_hash": e.get("lakecurate.config_hash") or None,
-                "detail": detail or _result_detail(e),
+                "run_id": record.run_id,
+                "config_hash": record.config_hash,
+                "detail": detail or _result_detail(record),
             }
         )
     return out
 
 
-def _result_detail(entry: dict[str, Any]) -> str:
+def _result_detail(record: CommitRecord) -> str:
     """``240 in, 208 kept`` for a chunk commit (from its recorded result)."""
-    try:
-        record = json.loads(entry.get("lakecurate.result", "") or "{}")
-    except ValueError:
+    result = record.result or {}
+    if "rows_in" not in result:
         return ""
-    if "rows_in" not in record:
-        return ""
-    return f"{record['rows_in']} in, {record['rows_kept']} kept"
+    return f"{result['rows_in']} in, {result['rows_kept']} kept"
 
 
 def history(state: Path, documents: Path, limit: int | None = None) -> query.QueryResult:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import datetime
 import html
-import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lakecurate import __version__, engine
+from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore, utc_text
 from lakecurate.read import history, query
 from lakecurate.store.state import SNAPSHOT_TABLES
@@ -84,7 +84,7 @@ def hbars(items: Sequence[tuple[str, float, str]], color: str = _COLORS["after"]
 
 def vbars(
     labels: Sequence[str],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     *,
     x_title: str = "",
     y_title: str = "",
@@ -191,7 +191,8 @@ def _funnel(total: int, steps: Sequence[tuple[str, int]]) -> str:
 
 def _funnel_rows(total: int, steps: Sequence[tuple[str, int]]) -> list[tuple[str, ...]]:
     """(step, docs in, docs out, dropped, share of the step's input) in pipeline order."""
-    out, left = [], total
+    out: list[tuple[str, ...]] = []
+    left = total
     for step, n in steps:
         share = f"{n / left:.2%}" if left else "-"
         out.append((step, f"{left:,}", f"{left - n:,}", f"{n:,}", share))
@@ -391,7 +392,5 @@ def write_report(state: Path, documents: Path, version: int | None, out: Path) -
     query.refuse_inside(out, state.parent, "the report")
     text = render(state, documents, version)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp_{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    atomic.write_text(out, text, hidden=True)
     return out

@@ -21,11 +21,15 @@ import duckdb.func
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakecurate import engine
+from lakecurate.config import Config
 from lakecurate.errors import LakeError
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.minhash import MinHashConfig
+from lakecurate.steps.near.signatures import minhash_config
+from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
 
 ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
@@ -115,6 +119,21 @@ def chunk_table(
     )
 
 
+def chunk_table_of(rows: pa.Table, seq: int) -> tuple[pa.Table, npt.NDArray[np.int64]]:
+    """The match table of a chunk's rows (with the staged signature columns) committed with
+    ``seq``, and the row positions it covers: rows without a signature take no part."""
+    valid = pc.is_valid(rows[SIGNATURE_COLUMN]).to_numpy(zero_copy_only=False)
+    positions = np.flatnonzero(valid).astype(np.int64)
+    take = pa.array(positions)
+    table = chunk_table(
+        make_doc_seq(seq, positions),
+        rows["id"].take(take),
+        rows[SIGNATURE_COLUMN].take(take),
+        rows[BANDS_COLUMN].take(take),
+    )
+    return table, positions
+
+
 class NearDedupIndex:
     """The LSH band index of a lake, and the chunk-by-chunk matching against it.
 
@@ -146,6 +165,13 @@ class NearDedupIndex:
         self.cfg = cfg
         self.link = link
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
+
+    @classmethod
+    def of_config(cls, con: duckdb.DuckDBPyConnection, cfg: Config) -> NearDedupIndex:
+        """The band index with the lake config's ``[near_dedup]`` settings, its tables made."""
+        index = cls(con, minhash_config(cfg), cfg.near_dedup.link)
+        index.create_schema()
+        return index
 
     @property
     def min_matches(self) -> int:

@@ -37,7 +37,6 @@ import operator
 import os
 import struct
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, Literal
@@ -47,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lakecurate.errors import LakecurateError
+from lakecurate.lake import atomic
 
 __all__ = [
     "DEFAULT_SEED",
@@ -692,42 +692,19 @@ def _write(
     digest = hashlib.blake2b(header, digest_size=_CHECKSUM_SIZE)
     for part in body:
         digest.update(part)
-    tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
     try:
-        with open(tmp, "xb") as f:
+        with atomic.replacing(path) as tmp, open(tmp, "xb") as f:
             f.write(header)
             f.write(digest.digest())
             for part in body:
                 f.write(part)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise BloomFileError(
             path,
             "write",
             f"cannot be written ({e.strerror or e}); check that "
             "the folder exists, is writable and has free space",
         ) from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); platforms without directory fds skip it."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def load(path: str | os.PathLike[str]) -> tuple[BloomFilter | ScalableBloomFilter, int]:

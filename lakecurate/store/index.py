@@ -158,7 +158,7 @@ class MembershipIndex:
 
     def _maybe(self, space: str, statement: str, values: pa.Array) -> list[str]:
         """The values tier 1 cannot rule out (all of them without tier 1)."""
-        strings = values.to_pylist()
+        strings: list[str] = values.to_pylist()
         self.stats.lookups += len(strings)
         filt = self.tier1.get(space)
         if filt is not None and strings:

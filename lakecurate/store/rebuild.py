@@ -8,7 +8,6 @@ from the table and its log. What cannot be rebuilt is only a cache: the stat cac
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,11 +16,9 @@ import pyarrow.compute as pc
 
 from lakecurate import engine
 from lakecurate.lake.delta import DeltaStore, read_history
+from lakecurate.lake.record import RESTORE, CommitRecord
 from lakecurate.store.state import StateStore
 
-CONFIG_KEY = "lakecurate.config"
-"""commitInfo key of the pipeline config's TOML text: a lake whose lakecurate.toml was lost
-gets it back from its log (issue 12, D15)."""
 _SPEC_FIELDS = (
     "source_path",
     "source_sha256",
@@ -61,46 +58,31 @@ def _log_commits(delta: DeltaStore) -> tuple[list[dict[str, Any]], dict[str, dic
     history: list[tuple[int, str, dict[str, Any]]] = []  # (version, chunk key, record)
     restores: dict[int, int] = {}  # version of a restore commit -> the version it restored
     for entry in sorted(read_history(dt), key=lambda e: int(e["version"])):
-        if "lakecurate.seq" not in entry:
-            continue
-        key = entry.get("lakecurate.chunk_key")
+        record = CommitRecord.parse(entry)
+        if record.seq is None:
+            continue  # not a lakecurate commit (compact, vacuum, another writer)
         version = int(entry["version"])
-        kind = (
-            ("REDECIDE" if "lakecurate.redecided" in entry else "APPEND")
-            if key
-            else (
-                "SUPERSEDE"
-                if "lakecurate.superseded" in entry
-                else "RESTORE"
-                if "lakecurate.restored" in entry
-                else str(entry.get("operation", "OTHER"))
-            )
-        )
-        keys = [key] if key else [k for k in entry.get("lakecurate.superseded", "").split(",") if k]
+        kind = record.kind or str(entry.get("operation", "OTHER"))
         commits.append(
             {
-                "seq": int(entry["lakecurate.seq"]),
+                "seq": record.seq,
                 "kind": kind,
-                "chunk_keys": keys,
-                "run_id": entry.get("lakecurate.run_id"),
+                "chunk_keys": record.chunk_keys,
+                "run_id": record.run_id,
                 "delta_version": version,
             }
         )
-        if key and "lakecurate.result" in entry:
+        if record.chunk_key and record.result is not None:
             history.append(
                 (
                     version,
-                    key,
-                    json.loads(entry["lakecurate.result"])
-                    | {
-                        "seq": int(entry["lakecurate.seq"]),
-                        "delta_version": version,
-                        "run_id": entry.get("lakecurate.run_id"),
-                    },
+                    record.chunk_key,
+                    dict(record.result)
+                    | {"seq": record.seq, "delta_version": version, "run_id": record.run_id},
                 )
             )
-        if kind == "RESTORE":
-            restores[version] = int(entry["lakecurate.restored"])
+        if kind == RESTORE and record.restored is not None:
+            restores[version] = record.restored
     return commits, _records_at(history, restores, None)
 
 
@@ -209,7 +191,7 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
         finally:
             for name in ("present", "records", "log_commits"):
                 con.unregister(name)
-    return ResyncReport(len(present_keys), absent, back, int(after[0]) - int(before[0]))  # type: ignore[index]
+    return ResyncReport(len(present_keys), absent, back, int(after[0]) - int(before[0]))
 
 
 def catch_up(state: StateStore, delta: DeltaStore) -> str | None:
@@ -243,10 +225,8 @@ def logged_config(delta: DeltaStore) -> tuple[str | None, str | None]:
     dt = delta.table()
     if dt is None:
         return None, None
-    text, digest = None, None
     for entry in read_history(dt):  # newest first
-        digest = digest or entry.get("lakecurate.config_hash") or None
-        text = entry.get(CONFIG_KEY)
-        if text or digest:
-            return text, digest
+        record = CommitRecord.parse(entry)
+        if record.config_text or record.config_hash:
+            return record.config_text, record.config_hash
     return None, None

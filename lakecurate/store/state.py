@@ -22,12 +22,13 @@ import pyarrow as pa
 
 from lakecurate import __version__, engine, faults
 from lakecurate.errors import LakeError
+from lakecurate.lake import atomic
+from lakecurate.lake.paths import SNAPSHOT_NAME  # noqa: F401 (readers import it from here)
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
 
 SCHEMA_VERSION_KEY = "schema_version"
 # The tables readers see while an ingest holds the state file; the large index tables are left
 # out (they are the driver's business, and copying them would cost more than the ingest).
-SNAPSHOT_NAME = "state.snapshot.duckdb"
 SNAPSHOT_TABLES = (
     "runs",
     "sources",
@@ -89,12 +90,14 @@ class StateStore:
     def _x(self, name: str, params: dict[str, Any] | None = None) -> duckdb.DuckDBPyConnection:
         return self.con.execute(engine.q(name), params or {})
 
+    def _one(self, name: str) -> Any:
+        """The single value a named statement returns."""
+        row = self._x(name).fetchone()
+        assert row is not None, f"{name} returned no row"
+        return row[0]
+
     def _put_meta(self, key: str, value: str) -> None:
         self._x("state.put_meta", {"key": key, "value": value})
-
-    def get_meta(self, key: str) -> str | None:
-        row = self._x("state.get_meta", {"key": key}).fetchone()
-        return row[0] if row else None
 
     def put_meta(self, key: str, value: str) -> None:
         self._put_meta(key, value)
@@ -106,26 +109,21 @@ class StateStore:
         read this instead during an ingest: written to a temp file in one read transaction,
         fsynced, renamed over the previous one.
         """
-        tmp = path.with_name(f"{path.name}.tmp_{os.getpid()}_{time.time_ns()}")
-        try:
-            self._x("state.attach_snapshot", {"path": str(tmp)})
+        with atomic.replacing(path) as tmp:
             try:
-                with self.transaction():
-                    for table in SNAPSHOT_TABLES:
-                        self.con.execute(
-                            engine.q("state.snapshot_table").format(table=engine.quote_ident(table))
-                        )
+                self._x("state.attach_snapshot", {"path": str(tmp)})
+                try:
+                    with self.transaction():
+                        for table in SNAPSHOT_TABLES:
+                            self.con.execute(
+                                engine.q("state.snapshot_table").format(
+                                    table=engine.quote_ident(table)
+                                )
+                            )
+                finally:
+                    self._x("state.detach_snapshot")
             finally:
-                self._x("state.detach_snapshot")
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-            tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+                tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
 
     # -- runs -------------------------------------------------------------------------------
     def begin_run(self, command: str, args: str, config_hash: str) -> str:
@@ -156,7 +154,7 @@ class StateStore:
     def cached_sources(self, paths: Sequence[str]) -> dict[str, tuple[int, int, int, str, int]]:
         """Stat-cache rows (size, mtime_ns, inode, sha256, chunk_size) of these paths."""
         rows = self._x("state.get_sources", {"paths": list(paths)}).fetchall()
-        return {r[0]: tuple(r[1:]) for r in rows}  # type: ignore[misc]
+        return {r[0]: tuple(r[1:]) for r in rows}
 
     def chunks_of_sources(self, paths: Sequence[str]) -> dict[str, list[tuple[ChunkSpec, Status]]]:
         """Every chunk ever planned from these paths, grouped by path, in chunk order.
@@ -224,7 +222,7 @@ class StateStore:
         return [(k, Status(s), a) for k, s, a in rows]
 
     def dead_in(self, keys: Sequence[str]) -> list[tuple[str, str]]:
-        return [tuple(r) for r in self._x("state.dead_in", {"keys": list(keys)}).fetchall()]  # type: ignore[misc]
+        return [tuple(r) for r in self._x("state.dead_in", {"keys": list(keys)}).fetchall()]
 
     def reset_running(self, run_id: str) -> None:
         with self.transaction():
@@ -296,7 +294,7 @@ class StateStore:
         replace them in one Delta commit).
         """
         with self.transaction():
-            seq = int(self._x("state.next_seq").fetchone()[0])  # type: ignore[index]
+            seq = int(self._one("state.next_seq"))
             self._x(
                 "state.insert_commit",
                 {
@@ -324,10 +322,10 @@ class StateStore:
 
     def last_seq(self) -> int:
         """The highest commit seq this state knows (0 for a new one)."""
-        return int(self._x("state.last_seq").fetchone()[0])  # type: ignore[index]
+        return int(self._one("state.last_seq"))
 
     def open_intents(self) -> list[tuple[int, str, list[str], int, int]]:
-        return [tuple(r) for r in self._x("state.open_intents").fetchall()]  # type: ignore[misc]
+        return [tuple(r) for r in self._x("state.open_intents").fetchall()]
 
     def abandon_intent(self, seq: int, kind: str, keys: Sequence[str], run_id: str) -> None:
         """A commit that never reached Delta: forget it; an APPEND's chunks go back to PENDING

@@ -31,3 +31,15 @@ SELECT count(*) FROM file_rows WHERE content_hash IS NOT NULL AND md5(text) <> c
 -- the duplicate-id check, derived ones by their path and line).
 SELECT id, count(*) AS n FROM table_rows WHERE kept GROUP BY id HAVING count(*) > 1
 ORDER BY id LIMIT 20;
+
+-- name: stale_band_docs
+-- Band-index documents of commits no SUCCESS chunk has (doc_seq = commit seq << 32 | row).
+SELECT count(*) FROM minhash_docs
+WHERE doc_seq >> 32 NOT IN (SELECT commit_seq FROM chunks WHERE status = 'SUCCESS'
+                            AND commit_seq IS NOT NULL);
+
+-- name: band_docs_not_in_table
+-- Band-index documents whose id the chunk committed with that seq does not hold.
+SELECT count(*) FROM minhash_docs d
+JOIN chunks c ON c.commit_seq = d.doc_seq >> 32 AND c.status = 'SUCCESS'
+ANTI JOIN table_rows t ON t.chunk_key = c.chunk_key AND t.id = d.doc_id;

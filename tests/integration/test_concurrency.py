@@ -168,9 +168,7 @@ def test_readers_never_block_a_writer(
     assert Lake.open(lake).ingest([_part(corpus, tmp_path)], config=config_file).ok
     done = tmp_path / "writers-done"
     reader = _child(_OPEN_READER, lake, done)
-    export = _child(
-        _EXPORT, lake, tmp_path / "out", env={"LAKECURATE_FAULT": "export_shard:sleep"}
-    )  # a shard a second
+    export = _child(_EXPORT, lake, tmp_path / "out", done)  # holds its first shard till done
     try:
         seen = _first_line(reader)
         assert _first_line(export) == "exporting"
@@ -190,9 +188,15 @@ def test_readers_never_block_a_writer(
 
 
 _EXPORT = """
-import sys
+import sys, time
 from pathlib import Path
-from lakecurate import Lake
+from lakecurate import Lake, faults
+done, hit = Path(sys.argv[3]), faults.hit
+def slow(point, key=""):  # a long export: its first shard waits until the writers are done
+    while point == "export_shard" and not done.exists():
+        time.sleep(0.05)
+    hit(point, key)
+faults.hit = slow
 lake = Lake.open(Path(sys.argv[1]))
 version = lake.history().rows[-1][0]
 print("exporting", flush=True)

@@ -117,14 +117,13 @@ def test_gates_flag_or_fail(tmp_path: Path) -> None:
         _run(tmp_path, [GOOD, "x", "y"], {**data, "gates": {**data["gates"], "strict": True}})
 
 
-def test_worker_reads_the_lakes_config_when_the_order_has_none(tmp_path: Path) -> None:
+def test_the_work_order_carries_the_config(tmp_path: Path) -> None:
     cfg = config.from_dict(PIPELINE)
-    (tmp_path / "lakecurate.toml").write_text(config.to_toml(cfg))
-    order = WorkOrder(staging_dir=str(tmp_path / "staging"), run_id="r", config_hash=cfg.hash)
+    (tmp_path / "lakecurate.toml").write_text("not toml: the worker must not read it")
+    staging = str(tmp_path / "staging")
+    order = WorkOrder(staging, "r", cfg.hash, decisions=config.to_toml(cfg))
     assert worker.pipeline_config(order) == cfg
-    wrong = WorkOrder(staging_dir=str(tmp_path / "staging"), run_id="r", config_hash="other")
-    with pytest.raises(PermanentChunkError, match="config hash"):
-        worker.pipeline_config(wrong)
+    assert worker.pipeline_config(WorkOrder(staging, "r", "c")) == config.Config()
 
 
 def test_every_step_default_round_trips_through_toml() -> None:

@@ -320,18 +320,8 @@ def test_layer_checker_fails_on_forbidden_imports() -> None:
     ]
 
 
-# Known violations being removed (a ratchet: a new one fails, and so does a fixed one still here).
-KNOWN_VIOLATIONS = {
-    "lakecurate.ops.maintenance -> lakecurate.ingest.commit",
-    "lakecurate.ops.verify -> lakecurate.ingest.commit",
-}
-
-
 def test_imports_follow_the_layers() -> None:
-    found = layer_violations(_graph())
-    fixed = KNOWN_VIOLATIONS - set(found)
-    assert not fixed, f"fixed, remove from KNOWN_VIOLATIONS: {sorted(fixed)}"
-    bad = [v for v in found if v not in KNOWN_VIOLATIONS]
+    bad = layer_violations(_graph())
     assert not bad, "imports against docs/architecture.md's layers:\n" + "\n".join(bad)
 
 

@@ -32,14 +32,17 @@ _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 _B = np.uint64(0x100000001B3)  # odd, so invertible modulo 2**64
 _B_INV = np.uint64(pow(0x100000001B3, -1, 1 << 64))
-_POW = _INV = np.zeros(0, dtype=np.uint64)
+# B**(k+1) and B**-(k+1) as uint64 (numpy types cumprod of uint64 as signed: declared loosely).
+_POW: np.ndarray = np.zeros(0, dtype=np.uint64)
+_INV: np.ndarray = np.zeros(0, dtype=np.uint64)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: spreads token ids over 64 bits."""
     x = (x ^ (x >> np.uint64(30))) * _M2
     x = (x ^ (x >> np.uint64(27))) * _M3
-    return x ^ (x >> np.uint64(31))
+    x = x ^ (x >> np.uint64(31))
+    return x
 
 
 def _bytes(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from lakecurate import engine
 from lakecurate.config import PII_TYPES, STEPS, FiltersConfig, GatesConfig, StepConfig
@@ -41,19 +42,19 @@ def install(con: duckdb.DuckDBPyConnection) -> None:
     con.create_function(
         "lc_langid",
         langid.detect,
-        ["VARCHAR"],  # type: ignore[arg-type]
-        "STRUCT(lang VARCHAR, score DOUBLE)",  # type: ignore[arg-type]
-        type="arrow",
-        null_handling="special",
+        ["VARCHAR"],
+        "STRUCT(lang VARCHAR, score DOUBLE)",
+        type=PythonUDFType.ARROW,
+        null_handling=FunctionNullHandling.SPECIAL,
         side_effects=False,
     )
     con.create_function(
         "lc_ngram_chars",
-        filters_udf.ngram_chars,  # type: ignore[arg-type]
+        filters_udf.ngram_chars,
         ["VARCHAR[]"],
-        "BIGINT[]",  # type: ignore[arg-type]
-        type="arrow",
-        null_handling="special",
+        "BIGINT[]",
+        type=PythonUDFType.ARROW,
+        null_handling=FunctionNullHandling.SPECIAL,
         side_effects=False,
     )
     for name in _MACRO_STATEMENTS:

@@ -50,7 +50,7 @@ def chunk_signatures(texts: Sequence[str], cfg: MinHashConfig) -> tuple[pa.Array
 def minhash_config(cfg: Config) -> MinHashConfig:
     """The MinHash settings of a pipeline config (ranges checked here, named in the error)."""
     try:
-        return MinHashConfig(**cfg.near_dedup.minhash_params())  # type: ignore[arg-type]
+        return MinHashConfig(**cfg.near_dedup.minhash_params())
     except ValueError as exc:
         raise ConfigError(f"[near_dedup]: {exc}") from exc
 

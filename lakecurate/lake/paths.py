@@ -1,0 +1,58 @@
+"""Where everything of one lake lives (design section 3): one ``LakePaths`` for every command."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from lakecurate.errors import LakeError
+
+SNAPSHOT_NAME = "state.snapshot.duckdb"
+"""The copy of the small state tables readers use while a writer holds ``state.duckdb``."""
+
+
+@dataclass(frozen=True)
+class LakePaths:
+    """The files and folders of the lake at ``root``."""
+
+    root: Path
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.duckdb"
+
+    @property
+    def documents(self) -> Path:
+        return self.root / "documents"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def snapshot(self) -> Path:
+        return self.root / SNAPSHOT_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.root / "lakecurate.toml"
+
+    @property
+    def quarantine(self) -> Path:
+        return self.root / "quarantine"
+
+    def require_state(self, doing: str) -> None:
+        """Refuse a command on a folder that is not a lake (yet): say what to run first."""
+        if not self.state.exists():
+            raise LakeError(
+                f"no lake at {self.root} (no state.duckdb): nothing to {doing}; run "
+                "`lakecurate ingest` first, or pass --lake"
+            )

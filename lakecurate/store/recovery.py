@@ -1,0 +1,201 @@
+"""Bring the state in line with the Delta log after a crash, one commit at a time.
+
+The protocol (design section 6): the intent (COMMITTING, seq) is recorded in DuckDB, the Delta
+commit carries app transaction ``seq``, then one DuckDB transaction marks the chunk SUCCESS and
+indexes it. The log is the linearisation point: ``reconcile`` finalises every open intent the
+log has (seq <= watermark) with ``finalise`` and abandons the others, deleting any data file
+their interrupted write left. ``finalise`` is the one way a committed entry becomes state, its
+membership-index rows and near-dedup bands included, whichever command finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakecurate import engine
+from lakecurate.lake import atomic
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.record import RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.steps.near.signatures import add_signatures
+from lakecurate.store.band_index import NearDedupIndex, chunk_table_of
+from lakecurate.store.index import MembershipIndex
+from lakecurate.store.rebuild import resync
+from lakecurate.store.state import StateStore
+from lakecurate.types import SIGNATURE_COLUMN, ChunkResult
+
+Writer = Callable[[], None]
+
+
+def index_writer(
+    index: MembershipIndex, rows: pa.Table, seq: int, bands: Writer | None = None
+) -> Callable[[object], None]:
+    """What indexes a committed chunk, called inside the transaction that marks it SUCCESS:
+    its kept content hashes, its given ids, and (``bands``) its near-dedup bands."""
+    kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
+    not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"), False))
+    given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
+
+    def write(_kept: object) -> None:
+        index.add(kept, given, seq)
+        if bands is not None:
+            bands()
+
+    return write
+
+
+def bands_of_committed(near: NearDedupIndex, rows: pa.Table, seq: int) -> Writer:
+    """The band-index writer of a chunk already in the table: signatures recomputed from the
+    committed text, decisions (cluster, dup_of) read back from the rows."""
+    rows = rows.sort_by("source_line")
+    table, positions = chunk_table_of(add_signatures(rows, near.cfg), seq)
+    take = pa.array(positions)
+    matched = pa.table(
+        {
+            "doc_seq": table["doc_seq"],
+            "doc_id": table["doc_id"],
+            "cluster_id": rows["cluster_id"].take(take),
+            "dup_of": rows["dup_of"].take(take),
+        }
+    )
+    return lambda: near.add_chunk(table, matched)
+
+
+def index_missing_bands(state: StateStore, delta: DeltaStore, near: NearDedupIndex) -> str | None:
+    """Add every committed chunk the band index lacks, from its committed text, in commit
+    order; returns a note when it did. A state rebuilt from the log has no band index, and an
+    ingest must never match against a partial one."""
+    chunks = state.con.execute(engine.q("dedup.unindexed_chunks")).fetchall()
+    if not chunks:
+        return None
+    table = delta.rows_of_chunks([key for key, _ in chunks])
+    indexed = 0
+    for key, seq in chunks:
+        rows = table.filter(pc.equal(table["chunk_key"], key))
+        writer = bands_of_committed(near, rows, int(seq))
+        with state.transaction():
+            writer()
+        indexed += rows.num_rows > 0
+    return f"added {indexed} committed chunk(s) to the near-dedup index" if indexed else None
+
+
+def chunks_missing_bands(state: StateStore, rows: pa.Table, near: NearDedupIndex) -> list[str]:
+    """Committed chunks with a document that has a signature but no band-index row (``rows``:
+    the table's id, chunk_key, reason, text and source_line columns)."""
+    missing = []
+    chunk = rows["chunk_key"].cast(pa.string())
+    for key, _seq in state.con.execute(engine.q("dedup.unindexed_chunks")).fetchall():
+        signed = add_signatures(rows.filter(pc.equal(chunk, key)), near.cfg)[SIGNATURE_COLUMN]
+        if pc.any(pc.is_valid(signed)).as_py():
+            missing.append(key)
+    return missing
+
+
+def forget_near(state: StateStore, seqs: Sequence[int]) -> None:
+    """Drop the band-index rows of these commits, whether or not this command runs near dedup
+    (a `compact` finalising a crashed supersede must not leave them behind)."""
+    if seqs and state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
+        for statement in ("dedup.forget_seqs", "dedup.forget_docs_seqs"):
+            state.con.execute(engine.q(statement), {"seqs": list(seqs)})
+
+
+def finalise(
+    state: StateStore,
+    delta: DeltaStore,
+    index: MembershipIndex,
+    near: NearDedupIndex | None,
+    seq: int,
+    kind: str,
+    keys: list[str],
+    run_id: str,
+) -> None:
+    """Complete the state of a commit the Delta log has, from what the log and table hold."""
+    entry = delta.find_commit(seq)
+    version = int(entry["version"]) if entry else delta.version()
+    if kind == SUPERSEDE:
+        state.finish_supersede(seq, keys, version, 0, run_id, index.remove_chunks)
+        return
+    if kind == RESTORE:
+        finish_restore(state, delta, seq, version)
+        return
+    (key,) = keys  # an APPEND, or a REDECIDE (the rows it wrote are the chunk's rows now)
+    rows = delta.rows_of_chunks([key])
+    record = (CommitRecord.parse(entry).result if entry else None) or {}
+    kept = int(pc.sum(rows["kept"]).as_py() or 0)
+    malformed = int(record.get("rows_malformed", 0))
+    result = ChunkResult(
+        chunk_key=key,
+        staged_path="",
+        input_sha256="",
+        config_hash="",
+        rows_in=rows.num_rows,
+        rows_kept=kept,
+        rows_dropped=rows.num_rows - kept - malformed,
+        rows_malformed=malformed,
+        blank_lines=0,
+        worker=str(record.get("worker", "")),
+        gate_violations=list(record.get("gate_violations", [])),
+        redactions=dict(record.get("redactions", {})),
+    )
+    funnel = [tuple(s) for s in record.get("funnel", [])]
+    bands = bands_of_committed(near, rows, seq) if near is not None else None
+    state.finish_append(
+        seq,
+        result,
+        version,
+        rows.filter(rows["kept"]),
+        funnel,
+        run_id,
+        index_writer(index, rows, seq, bands),
+    )
+
+
+def finish_restore(state: StateStore, delta: DeltaStore, seq: int, version: int) -> None:
+    """The state after a RESTORE commit: re-derived from the restored table."""
+    resync(state, delta)
+    state.finish_commit(seq, version)
+
+
+def reconcile(
+    state: StateStore,
+    delta: DeltaStore,
+    index: MembershipIndex,
+    near: NearDedupIndex | None,
+    staging_dir: Path,
+    run_id: str,
+) -> list[str]:
+    """Finish or abandon every open intent, then clean the staging folder; returns notes."""
+    notes: list[str] = []
+    watermark = delta.watermark()
+    for seq, kind, keys, intent_ns, _version_before in state.open_intents():
+        if seq <= watermark:
+            finalise(state, delta, index, near, seq, kind, keys, run_id)
+            notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
+        else:
+            removed = delta.remove_unreferenced(intent_ns)
+            state.abandon_intent(seq, kind, keys, run_id)
+            notes.append(
+                f"commit {seq} ({kind}) never reached Delta; will redo it"
+                + (f"; removed {removed} orphan data file(s)" if removed else "")
+            )
+    if staging_dir.exists():
+        temps = [p for p in staging_dir.iterdir() if atomic.is_temp(p)]
+        for path in temps + committed_staged_files(staging_dir, state):
+            path.unlink(missing_ok=True)
+    return notes
+
+
+def committed_staged_files(staging_dir: Path, state: StateStore) -> list[Path]:
+    """Staged files of chunks already committed: nothing needs them any more (those of
+    pending chunks are what a resumed run commits without redoing the work)."""
+    if not staging_dir.is_dir():
+        return []
+    done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
+    return sorted(
+        p
+        for p in staging_dir.iterdir()
+        if not atomic.is_temp(p) and p.name.split(".", 1)[0] in done
+    )

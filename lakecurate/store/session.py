@@ -1,0 +1,110 @@
+"""The write session: what every command that changes a lake does first, in one place.
+
+Take the lake lock, open the state, record a run, bring a stale state up to the Delta log,
+finish or abandon interrupted commits (near-dedup bands included), index committed chunks the
+band index lacks and, for commands that look documents up, open the Bloom tier. Before this
+was one function, four commands each did a part of it, and a ``compact`` between a crash and
+the next ingest finalised the interrupted commit without its bands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from lakecurate.config import Config
+from lakecurate.lake import atomic
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.lock import LakeLock
+from lakecurate.lake.paths import LakePaths
+from lakecurate.store.band_index import NearDedupIndex
+from lakecurate.store.index import MembershipIndex
+from lakecurate.store.rebuild import catch_up
+from lakecurate.store.recovery import index_missing_bands, reconcile
+from lakecurate.store.state import StateStore
+
+
+@dataclass
+class WriteSession:
+    """An open lake, held for writing: the state, the table, the indexes and the run."""
+
+    paths: LakePaths
+    state: StateStore
+    delta: DeltaStore
+    index: MembershipIndex
+    near: NearDedupIndex | None
+    run_id: str
+    notes: list[str] = field(default_factory=list)
+    done: int = 0  # chunks committed, for the run row if the command fails
+    dead: int = 0
+
+    def finish(self, outcome: str, message: str) -> None:
+        """Record how the run ended (a command that does not call this is recorded FAILED)."""
+        self.state.finish_run(self.run_id, outcome, self.done, self.dead, message)
+
+
+@contextlib.contextmanager
+def write_session(
+    paths: LakePaths,
+    command: str,
+    args: str,
+    cfg: Config | None,
+    *,
+    create: bool = False,
+    bloom: bool = False,
+) -> Iterator[WriteSession]:
+    """Open the lake at ``paths`` for ``command`` (see the module docstring). ``cfg`` is the
+    lake's config (its near-dedup settings say whether there is a band index to keep up);
+    ``create`` allows a lake that does not exist yet; ``bloom`` opens the Bloom tier and saves
+    it however the session ends."""
+    if create:
+        paths.root.mkdir(parents=True, exist_ok=True)
+        paths.staging.mkdir(exist_ok=True)
+    else:
+        paths.require_state(command)
+    with LakeLock.acquire(paths.lock, command) as lock:
+        state = StateStore.open(paths.state)
+        try:
+            run_id = state.begin_run(command, args, cfg.hash if cfg else "")
+            session = WriteSession(
+                paths, state, DeltaStore(paths.documents), MembershipIndex(state.con), None, run_id
+            )
+            if lock.previous:
+                session.notes.append(f"took over the lock of a dead process: {lock.previous}")
+            try:
+                _open(session, cfg, bloom)
+                try:
+                    yield session
+                finally:
+                    if bloom:
+                        session.index.save_tier1(paths.index)
+            except BaseException as exc:
+                # On a full disk these writes may fail too: the first error is the news.
+                with contextlib.suppress(Exception):
+                    state.reset_running(run_id)
+                    session.finish("FAILED", f"{type(exc).__name__}: {exc}"[:2000])
+                raise
+        finally:
+            with contextlib.suppress(Exception):
+                state.close()
+
+
+def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
+    """Everything between taking the lock and the command's own work."""
+    state, delta = session.state, session.delta
+    # A stale state must not number commits below the log's (issue 12, D3).
+    if note := catch_up(state, delta):
+        session.notes.append(note)
+    if cfg is not None and cfg.near_dedup.enabled:
+        session.near = NearDedupIndex.of_config(state.con, cfg)
+    session.notes += reconcile(
+        state, delta, session.index, session.near, session.paths.staging, session.run_id
+    )
+    if session.near is not None and (note := index_missing_bands(state, delta, session.near)):
+        session.notes.append(note)
+    if bloom:
+        session.notes += session.index.open_tier1(session.paths.index)
+    for leftover in session.paths.root.iterdir():  # e.g. a snapshot cut off by a kill
+        if atomic.is_temp(leftover):
+            leftover.unlink(missing_ok=True)
