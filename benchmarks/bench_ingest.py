@@ -599,6 +599,7 @@ def skip_decision(lake: Path, inputs: list[str], chunk_size: int, repeat: int) -
     is wrapped with a counter to prove no input is re-read.
     """
     import lakecurate.ingest.plan as plan_mod
+    from lakecurate.ingest.chunking import find_inputs
     from lakecurate.store.state import StateStore
 
     reads = {"plan_file_calls": 0}
@@ -617,7 +618,8 @@ def skip_decision(lake: Path, inputs: list[str], chunk_size: int, repeat: int) -
             state = StateStore.open(lake / "state.duckdb")
             t1 = time.perf_counter()
             try:
-                plan = plan_mod.make_plan(inputs, chunk_size, state, False)
+                found = find_inputs([str(i) for i in inputs], lake)
+                plan = plan_mod.make_plan(found, chunk_size, state, False)
                 t2 = time.perf_counter()
                 todo = state.todo([s.chunk_key for s in plan.specs])
                 t3 = time.perf_counter()

@@ -115,17 +115,18 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
     import pyarrow as pa
 
     from lakecurate import engine
+    from lakecurate.config import NearDedupConfig
     from lakecurate.steps.near import minhash as mh
     from lakecurate.steps.near import signatures
     from lakecurate.store import band_index
 
-    cfg = mh.MinHashConfig(threshold=args.threshold, num_perm=args.num_perm)
+    cfg = NearDedupConfig(threshold=args.threshold, num_perm=args.num_perm, link=args.link)
     mh._table()  # the per-process lookup table, built once (about 0.1 s): not per document
     t0 = time.perf_counter()
     sig, bands = signatures.chunk_signatures(texts, cfg)
     t_sig = time.perf_counter() - t0
     con = engine.connect(threads=1)
-    idx = band_index.NearDedupIndex(con, cfg, link=args.link)
+    idx = band_index.NearDedupIndex(con, cfg)
     idx.create_schema()
     t1 = time.perf_counter()
     parts = np.array_split(np.arange(len(texts)), CHUNKS)
@@ -155,7 +156,7 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
         "seconds_lsh": t_lsh,
         "seconds_total": t_sig + t_lsh,
         "labels": labels,
-        "config": {**cfg.describe(), "link": args.link},
+        "config": mh.describe(cfg),
     }
     con.close()
     return out

@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.read import query
-from lakecurate.types import DOCUMENT_SCHEMA
+from lakecurate.schema import DOCUMENT_SCHEMA
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_versions.json"
 LANGS = np.array(["en", "fr", "es", "de", "zh"])

@@ -1,6 +1,8 @@
 """The public Python surface: ``Lake.open(path).ingest(...)``, ``.sql(...)``, ``.status()``.
 
-The CLI is a thin layer over this; everything a command can do, a program can do too.
+The CLI is a thin layer over this; everything a command can do, a program can do too. Each
+method imports the layer it needs when it runs, so ``status`` does not load the ingest path,
+Delta Lake or Arrow (it starts in well under half a second).
 """
 
 from __future__ import annotations
@@ -11,32 +13,33 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakecurate import config as configuration
 from lakecurate import engine
 from lakecurate.config import Config
 from lakecurate.errors import ConfigError, LakeError, QueryError
-from lakecurate.ingest.chunking import discover
-from lakecurate.ingest.commit import Committer
-from lakecurate.ingest.runner import IngestReport, ingest
-from lakecurate.lake import atomic
-from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.paths import LakePaths
-from lakecurate.ops import maintenance
-from lakecurate.ops.maintenance import CompactReport, VacuumReport
-from lakecurate.ops.verify import VerifyReport, verify
-from lakecurate.progress import Reporter
-from lakecurate.read import history, query
-from lakecurate.read.export import DEFAULT_SHARD_BYTES, ExportManifest
-from lakecurate.read.versions import Explanation, LakeVersion
-from lakecurate.store import bloom
-from lakecurate.store.index import describe_filter
-from lakecurate.store.rebuild import logged_config
-from lakecurate.store.session import write_session
-from lakecurate.store.state import SNAPSHOT_TABLES
+from lakecurate.read import query
+
+if TYPE_CHECKING:
+    from lakecurate.ingest.runner import IngestReport
+    from lakecurate.ops.maintenance import CompactReport, VacuumReport
+    from lakecurate.ops.verify import VerifyReport
+    from lakecurate.progress import Reporter
+    from lakecurate.read.export import ExportManifest
+    from lakecurate.read.versions import Explanation, LakeVersion
 
 __all__ = ["IngestReport", "Lake", "LakeStatus"]
+
+
+def __getattr__(name: str) -> Any:
+    """``IngestReport`` on first use (it lives with the ingest path, loaded only to ingest)."""
+    if name == "IngestReport":
+        from lakecurate.ingest.runner import IngestReport
+
+        return IngestReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -93,6 +96,10 @@ class Lake:
 
     def _config_from_log(self, given: Config | None) -> Config | None:
         """The config the log names, written back as the lake's lakecurate.toml."""
+        from lakecurate.lake import atomic
+        from lakecurate.lake.delta import DeltaStore
+        from lakecurate.store.rebuild import logged_config
+
         text, digest = logged_config(DeltaStore(self.paths.documents))
         if text is not None:
             stored = configuration.from_dict(tomllib.loads(text))
@@ -121,15 +128,19 @@ class Lake:
         args: str = "",
     ) -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment."""
+        from lakecurate.ingest.chunking import find_inputs
+        from lakecurate.ingest.runner import ingest
+        from lakecurate.lake import atomic
+
         cfg = self.config(config)
-        given = [os.fspath(p) for p in inputs]
-        discover(given)  # a typo'd path must fail before a lake (and its config) is created
+        # Once per ingest; a typo'd path fails before a lake (and its config) is created.
+        found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
             atomic.write_text(self.paths.config, configuration.to_toml(cfg))
         return ingest(
             self.paths,
-            given,
+            found,
             cfg,
             workers=workers,
             verify=verify,
@@ -157,7 +168,11 @@ class Lake:
 
     def status(self) -> LakeStatus:
         """What `lakecurate status` shows, from the state tables only."""
-        con = query.open_reader(self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES)
+        from lakecurate.store.state import SNAPSHOT_TABLES
+
+        con = query.open_reader(
+            self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES, views=False
+        )
         try:
             return LakeStatus(
                 by_status=query.run(con, engine.q("state.by_status")),
@@ -175,6 +190,9 @@ class Lake:
 
         A later ingest is then exactly as if the commits after ``version`` never happened.
         """
+        from lakecurate.ingest.commit import Committer
+        from lakecurate.store.session import write_session
+
         with write_session(self.paths, "restore", str(version), None) as session:
             delta = session.delta
             current = delta.version()
@@ -195,11 +213,16 @@ class Lake:
     def verify(self, *, repair: bool = False, deep: bool = False) -> VerifyReport:
         """Check that table, log, state and index agree (``deep``: read every page of every
         live data file too); with ``repair``, fix what can be."""
+        from lakecurate.ops.verify import verify
+
         return verify(self.paths, self._config_if_known(), repair=repair, deep=deep)
 
     def index_stats(self) -> query.QueryResult:
         """Tier 1 per key space (n, m, k, fill, estimated and target p, memory, from the Bloom
         files) beside tier 2 (rows in DuckDB) and the last run's lookup counters."""
+        from lakecurate.store import bloom
+        from lakecurate.store.index import describe_filter
+
         self._require_state()
         con = query.open_reader(self.paths.state, self.paths.documents)
         try:
@@ -252,6 +275,8 @@ class Lake:
 
     def retry(self, keys: list[str] | None = None) -> list[str]:
         """Re-queue DEAD chunks (all, or the named ones); the next ingest processes them."""
+        from lakecurate.store.session import write_session
+
         with write_session(self.paths, "retry", " ".join(keys or []), None) as session:
             requeued = session.state.requeue_dead(keys, None)
             session.finish("OK", f"re-queued {len(requeued)} chunk(s)")
@@ -263,11 +288,15 @@ class Lake:
     ) -> LakeVersion:
         """A read-only view of one version: ``lake.at(version=3).sql("SELECT ...")``,
         ``lake.at(as_of="2026-11-30 12:00")`` (UTC unless the time names its zone)."""
+        from lakecurate.read.versions import LakeVersion
+
         return LakeVersion.bind(self.paths.state, self.paths.documents, version, as_of)
 
     def history(self, limit: int | None = None) -> query.QueryResult:
         """One row per Delta commit: version, time, operation, chunk keys, rows added and
         removed, run id, config hash (the newest ``limit`` when given)."""
+        from lakecurate.read import history
+
         self._require_state()
         return history.history(self.paths.state, self.paths.documents, limit)
 
@@ -276,6 +305,8 @@ class Lake:
     ) -> query.QueryResult:
         """Documents added, removed and changed in decision from version ``a`` to ``b``:
         counts per kind, or (``rows=True``) the documents."""
+        from lakecurate.read import history
+
         self._require_state()
         return history.diff(self.paths.state, self.paths.documents, a, b, rows, limit)
 
@@ -290,10 +321,13 @@ class Lake:
         out: str | os.PathLike[str],
         *,
         fmt: str = "parquet",
-        shard_size: int = DEFAULT_SHARD_BYTES,
+        shard_size: int | None = None,
     ) -> ExportManifest:
         """The kept documents of ``version`` (latest when None) as shards plus a manifest."""
-        return self.at(version).export(Path(out), fmt=fmt, shard_size=shard_size)
+        from lakecurate.read.export import DEFAULT_SHARD_BYTES
+
+        size = DEFAULT_SHARD_BYTES if shard_size is None else shard_size
+        return self.at(version).export(Path(out), fmt=fmt, shard_size=size)
 
     def report(self, html_path: str | os.PathLike[str], version: int | None = None) -> Path:
         """Write a self-contained HTML report of ``version`` (latest when None)."""
@@ -301,12 +335,16 @@ class Lake:
 
     def compact(self, target_size: int | None = None) -> CompactReport:
         """Rewrite small data files into large ones (a new version; no document changes)."""
+        from lakecurate.ops import maintenance
+
         return maintenance.compact(self.paths, self._config_if_known(), target_size)
 
     def vacuum(
         self, dry_run: bool = True, retention_hours: float | None = None, force: bool = False
     ) -> VacuumReport:
         """Delete files only versions older than the retention need (a dry run by default)."""
+        from lakecurate.ops import maintenance
+
         self._require_state()
         return maintenance.vacuum(
             self.paths, self._config_if_known(), dry_run, retention_hours, force
@@ -314,6 +352,8 @@ class Lake:
 
     def checkpoint(self) -> int:
         """Write a Delta checkpoint of the latest version; returns the version."""
+        from lakecurate.ops import maintenance
+
         return maintenance.checkpoint(self.paths, self._config_if_known())
 
     def _require_state(self) -> None:

@@ -67,45 +67,15 @@ class DedupConfig:
     exact: bool = True
 
 
-@dataclass(frozen=True)
-class NearDedupConfig:
-    """MinHash near-duplicate removal (``[near_dedup]``); off unless enabled.
+NearUnit = Literal["word", "char", "auto"]
+NearLink = Literal["any", "kept"]
 
-    The values are checked here for type only; their ranges are checked by
-    ``dedup.minhash.MinHashConfig`` when an ingest starts, before any work.
-    """
+NEAR_UNITS: tuple[NearUnit, ...] = ("word", "char", "auto")
+"""Allowed values of ``[near_dedup].unit``: word shingles, character shingles (Chinese,
+Japanese), or ``auto`` (characters for a document whose letters are mostly CJK)."""
 
-    enabled: bool = False
-    threshold: float = 0.8
-    num_perm: int = 128
-    ngram: int = 5
-    unit: str = "auto"
-    seed: int = 1
-    bands: int | None = None
-    rows: int | None = None
-    verify: bool = True
-    # The clustering rule (``dedup.lsh.LINKS``, docs/near-dedup.md): "any" joins the smallest
-    # cluster among a document's earlier neighbours (chains through dropped documents merge);
-    # "kept" joins only a cluster whose kept document the document is itself near (needs
-    # verify). The default stays "any" so lakes made before the key existed keep their rule and
-    # their config hash; for precision >= 0.98 use num_perm = 256 with link = "kept".
-    link: Literal["any", "kept"] = "any"
-
-    def minhash_params(self) -> dict[str, Any]:
-        """The keyword arguments of ``MinHashConfig``."""
-        return {k: v for k, v in asdict(self).items() if k not in ("enabled", "link")}
-
-    def decision_params(self) -> dict[str, Any]:
-        """What enters the config hash: the MinHash settings, plus ``link`` when it is not the
-        default (so the hash of a lake made before ``link`` existed does not change)."""
-        out = self.minhash_params()
-        if self.link != "any":
-            out["link"] = self.link
-        return out
-
-
-NEAR_LINKS = ("any", "kept")
-"""Allowed values of ``[near_dedup].link`` (the same as ``dedup.lsh.LINKS``)."""
+NEAR_LINKS: tuple[NearLink, ...] = ("any", "kept")
+"""Allowed values of ``[near_dedup].link`` (the same as ``store.band_index.LINKS``)."""
 
 _NEAR_TYPES: dict[str, tuple[type, ...]] = {
     "enabled": (bool,),
@@ -121,26 +91,105 @@ _NEAR_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class NearDedupConfig:
+    """MinHash near-duplicate removal, the ``[near_dedup]`` section; off unless enabled.
+
+    The one config of near dedup: the signatures (``steps.near.minhash``: ``layout``,
+    ``fingerprint``, ``describe``) and the band index (``store.band_index``) take it as is. Every
+    value is checked when the object is made, so a bad ``lakecurate.toml`` fails when it is
+    loaded, with an error naming ``[near_dedup].key``.
+
+    Defaults, and why: 128 permutations give a Jaccard estimate with standard error
+    ``sqrt(J(1-J)/128)`` (0.035 at J = 0.8) for 512 bytes per document, the usual sweet spot
+    (datatrove uses 112, datasketch and rensa 128). Word 5-grams are the common choice for web
+    text (Gopher, datatrove, the benchmark's ground truth) and far more selective than 3-grams on
+    boilerplate. ``threshold`` is the Jaccard above which two documents are near duplicates; the
+    band layout is chosen for it (``steps.near.minhash.choose_bands``) unless ``bands`` and
+    ``rows`` are given, and with ``verify`` the candidates LSH finds are confirmed by their
+    estimated Jaccard, which removes most of the false positives banding lets through at a small
+    cost.
+    """
+
+    enabled: bool = False
+    threshold: float = 0.8
+    num_perm: int = 128
+    ngram: int = 5
+    unit: NearUnit = "auto"
+    seed: int = 1
+    bands: int | None = None
+    rows: int | None = None
+    verify: bool = True
+    # The clustering rule (``store.band_index.LINKS``, docs/near-dedup.md): "any" joins the
+    # smallest cluster among a document's earlier neighbours (chains through dropped documents
+    # merge); "kept" joins only a cluster whose kept document the document is itself near (needs
+    # verify). The default stays "any" so lakes made before the key existed keep their rule and
+    # their config hash; for precision >= 0.98 use num_perm = 256 with link = "kept".
+    link: NearLink = "any"
+
+    def __post_init__(self) -> None:
+        for key, types in _NEAR_TYPES.items():
+            value = getattr(self, key)
+            if value is None and key in ("bands", "rows"):
+                continue
+            if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+                allowed = " or ".join(t.__name__ for t in types)
+                raise ConfigError(f"[near_dedup].{key} = {value!r}: must be {allowed}")
+        if self.link not in NEAR_LINKS:
+            allowed = " or ".join(f'"{v}"' for v in NEAR_LINKS)
+            raise ConfigError(f"[near_dedup].link = {self.link!r}: must be {allowed}")
+        if self.link == "kept" and not self.verify:
+            raise ConfigError(
+                '[near_dedup].link = "kept" compares each document with its '
+                "cluster's kept document by signature: it needs verify = true"
+            )
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        def bad(key: str, why: str) -> ConfigError:
+            return ConfigError(f"[near_dedup].{key} = {getattr(self, key)!r}: {why}")
+
+        if not 16 <= self.num_perm <= 1024:
+            raise bad("num_perm", "must be between 16 and 1024")
+        if not 1 <= self.ngram <= 32:
+            raise bad("ngram", "must be between 1 and 32")
+        if self.unit not in NEAR_UNITS:
+            raise bad("unit", 'must be "word", "char" or "auto"')
+        if not 0.0 < self.threshold < 1.0:
+            raise bad("threshold", "must be between 0 and 1 (both excluded)")
+        if not 0 <= self.seed < 2**63:
+            raise bad("seed", "must be between 0 and 2**63 - 1")
+        if (self.bands is None) != (self.rows is None):
+            raise ConfigError(
+                f"[near_dedup].bands = {self.bands!r}, rows = {self.rows!r}: give both bands "
+                "and rows, or neither (then the threshold picks them)"
+            )
+        if self.bands is not None and self.rows is not None:
+            if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
+                raise ConfigError(
+                    f"[near_dedup].bands x rows = {self.bands} x {self.rows} must be at least "
+                    f"1 x 1 and fit in num_perm = {self.num_perm}"
+                )
+            if self.bands > 255:
+                raise bad("bands", "at most 255 (stored as UTINYINT)")
+
+    def decision_params(self) -> dict[str, Any]:
+        """What enters the config hash: the MinHash settings, plus ``link`` when it is not the
+        default (so the hash of a lake made before ``link`` existed does not change)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("enabled", "link")}
+        if self.link != "any":
+            out["link"] = self.link
+        return out
+
+
 def _near_from_dict(sec: object) -> NearDedupConfig:
+    """The ``[near_dedup]`` section: unknown keys here, types and ranges by the class."""
     if not isinstance(sec, dict):
         raise ConfigError(f"[near_dedup] must be a table, got {type(sec).__name__}")
     _check_keys("near_dedup", sec, set(_NEAR_TYPES))
-    for key, value in sec.items():
-        types = _NEAR_TYPES[key]
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-            allowed = " or ".join(t.__name__ for t in types)
-            raise ConfigError(f"[near_dedup].{key} = {value!r}: must be {allowed}")
-    link = sec.get("link", NearDedupConfig.link)
-    if link not in NEAR_LINKS:
-        allowed = " or ".join(f'"{v}"' for v in NEAR_LINKS)
-        raise ConfigError(f"[near_dedup].link = {link!r}: must be {allowed}")
-    if link == "kept" and sec.get("verify", True) is False:
-        raise ConfigError(
-            '[near_dedup].link = "kept" compares each document with its '
-            "cluster's kept document by signature: it needs verify = true"
-        )
-    if "threshold" in sec:
-        sec = {**sec, "threshold": float(sec["threshold"])}
+    threshold = sec.get("threshold")
+    if isinstance(threshold, int) and not isinstance(threshold, bool):
+        sec = {**sec, "threshold": float(threshold)}
     return NearDedupConfig(**sec)
 
 
@@ -272,6 +321,8 @@ def load(path: Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text ({exc}): save it as UTF-8") from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -472,6 +523,11 @@ def _read_blocklist(path_text: str) -> tuple[str, ...]:
     except OSError as exc:
         raise ConfigError(
             f"[filters.url_blocklist].file = {path_text!r}: cannot read it ({exc.strerror})"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"[filters.url_blocklist].file = {path_text!r} is not UTF-8 text ({exc}): save it "
+            "as UTF-8"
         ) from exc
     domains = (ln.split("#", 1)[0].strip().lower() for ln in lines)
     return tuple(d.removeprefix("www.") for d in domains if d)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import duckdb
 
-from lakecurate.errors import LakeError
+from lakecurate.errors import BusyError, LakeError
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -77,7 +77,7 @@ def connect(
         con = duckdb.connect(str(path) if path else ":memory:", read_only=read_only)
     except duckdb.IOException as exc:
         if "lock" in str(exc).lower():
-            raise LakeError(
+            raise BusyError(
                 f"{path} is open for writing by another process (a running ingest?): "
                 "wait for it to finish, then try again"
             ) from exc

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import re
+from typing import Literal
 
 
 class LakecurateError(Exception):
@@ -149,3 +150,26 @@ def disk_full(exc: BaseException, where: str) -> DiskFullError:
         + f": {one_line(exc)}. Nothing partial is visible in the lake; free space (or move the "
         "lake with --lake) and re-run the same command to resume"
     )
+
+
+def chunk_failure(exc: BaseException) -> Literal["stop", "final", "retry"]:
+    """What the failure of one chunk means, decided by its type here and nowhere else.
+
+    - ``"stop"``: a full disk (``is_disk_full``: the errno or the text, anywhere in the chain).
+      It is not the chunk's fault, and every other chunk would fail the same way: the run
+      stops with a ``DiskFullError``, the chunk is not marked FAILED or DEAD (it goes back to
+      PENDING), and the same command resumes once space is freed. Checked first, so a full
+      disk met while raising another error still stops the run.
+    - ``"final"``: ``PermanentChunkError``: the input changed or vanished after planning, or
+      cannot be read as planned (a corrupt stream, an unreadable column). The same bytes fail
+      the same way, so retrying only wastes attempts: the chunk goes DEAD at once.
+    - ``"retry"``: everything else: a ``TransientError``, a worker process that died (OOM
+      killer, a hang the driver killed), or an unexpected bug. It may not happen again, so
+      the chunk is retried with backoff, and goes DEAD once ``max_attempts`` are used up
+      (the runner counts those).
+    """
+    if is_disk_full(exc):
+        return "stop"
+    if isinstance(exc, PermanentChunkError):
+        return "final"
+    return "retry"

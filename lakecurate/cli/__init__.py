@@ -12,17 +12,29 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lakecurate import __version__
-from lakecurate.api import IngestReport, Lake
 from lakecurate.cli.render import FORMATS, render
-from lakecurate.config import parse_size
 from lakecurate.errors import LakecurateError
 
+if TYPE_CHECKING:
+    from lakecurate.api import IngestReport, Lake
+
+# The API (and with it DuckDB, Delta Lake, Arrow, NumPy) and rich are imported inside the
+# commands that use them, never at the top: `lakecurate --help` and every `lakecurate CMD --help`
+# start without them (tests/unit/test_startup.py checks it).
+
 LAKE_HELP = "The lake folder (default: $LAKECURATE_LAKE or ./lake)."
+
+
+def _open(lake_path: Path) -> Lake:
+    """``Lake.open(lake_path)``, importing the API only when a command runs."""
+    from lakecurate.api import Lake
+
+    return Lake.open(lake_path)
 
 
 def _lake_option(f: Any) -> Any:
@@ -198,7 +210,7 @@ def ingest_cmd(
 
     Safe to interrupt and to re-run: a re-run resumes, and on unchanged input does nothing.
     """
-    report = Lake.open(lake_path).ingest(
+    report = _open(lake_path).ingest(
         list(inputs),
         config=config_path,
         workers=workers,
@@ -216,7 +228,7 @@ def ingest_cmd(
 @_format_option
 def status_cmd(lake_path: Path, fmt: str) -> None:
     """Chunks by status, rows kept and dropped, the funnel, recent failures and runs."""
-    st = Lake.open(lake_path).status()
+    st = _open(lake_path).status()
     for title, res in (
         ("chunks", st.by_status),
         ("funnel", st.funnel),
@@ -263,7 +275,7 @@ def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None,
     Views of the latest version (or of --version / --as-of): documents (all rows), docs
     (kept), rejects (dropped).
     """
-    res = Lake.open(lake_path).sql(query, version=version, as_of=as_of)
+    res = _open(lake_path).sql(query, version=version, as_of=as_of)
     click.echo(render(res.columns, res.rows, fmt), nl=False)
 
 
@@ -272,7 +284,7 @@ def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None,
 @_lake_option
 def retry_cmd(chunk_keys: tuple[str, ...], lake_path: Path) -> None:
     """Re-queue DEAD chunks (all, or the named ones) for the next ingest."""
-    keys = Lake.open(lake_path).retry(list(chunk_keys) or None)
+    keys = _open(lake_path).retry(list(chunk_keys) or None)
     if keys:
         click.echo(f"re-queued {len(keys)} chunk(s): {', '.join(keys)}; now re-run the ingest")
     else:
@@ -303,7 +315,7 @@ def history_cmd(lake_path: Path, limit: int | None, fmt: str) -> None:
 
     Version, time, operation, chunk keys, rows added and removed, run id, config hash.
     """
-    res = Lake.open(lake_path).history(limit)
+    res = _open(lake_path).history(limit)
     click.echo(render(res.columns, res.rows, fmt), nl=False)
 
 
@@ -322,7 +334,7 @@ def diff_cmd(a: int, b: int, lake_path: Path, rows: bool, limit: int | None, fmt
     A document is its input record (chunk key and line): `changed` means present in both
     with a different kept / reason.
     """
-    res = Lake.open(lake_path).diff(a, b, rows=rows, limit=limit)
+    res = _open(lake_path).diff(a, b, rows=rows, limit=limit)
     click.echo(render(res.columns, res.rows, fmt), nl=False)
 
 
@@ -342,7 +354,7 @@ def explain_cmd(doc_id: str, lake_path: Path, version: int | None, fmt: str) -> 
     Source file and line, chunk, input sha256, run, config hash, decision and reason, dup_of
     and its cluster, from the Delta table and the state.
     """
-    ex = Lake.open(lake_path).explain(doc_id, version)
+    ex = _open(lake_path).explain(doc_id, version)
     if fmt == "table":  # one wide row reads better as field / value pairs
         for n, row in enumerate(ex.occurrences.rows, 1):
             click.echo(f"== occurrence {n} of {len(ex.occurrences.rows)}")
@@ -389,7 +401,9 @@ def export_cmd(
     Then OUT/manifest.json (files, sha256, rows, bytes, version, config hashes). Every file is
     written atomically; rows are in input order, so a version always gives the same bytes.
     """
-    m = Lake.open(lake_path).export(
+    from lakecurate.config import parse_size
+
+    m = _open(lake_path).export(
         version, out, fmt=out_format, shard_size=parse_size(shard_size, "--shard-size")
     )
     click.echo(
@@ -407,7 +421,7 @@ def restore_cmd(version: int, lake_path: Path) -> None:
     The chunk state and the index are brought back in line with it, so a later ingest is as
     if the commits after VERSION never happened.
     """
-    new = Lake.open(lake_path).restore(version)
+    new = _open(lake_path).restore(version)
     click.echo(f"restored version {version} as version {new}")
 
 
@@ -432,7 +446,7 @@ def verify_cmd(lake_path: Path, repair: bool, deep: bool) -> None:
     Every data file the log names must exist and read; SUCCESS chunks must be exactly the
     table's, at the log's versions; no commit may be left half-done; no temp file may remain.
     """
-    r = Lake.open(lake_path).verify(repair=repair, deep=deep)
+    r = _open(lake_path).verify(repair=repair, deep=deep)
     for p in r.problems:
         click.echo(f"problem: {p}")
     for p in r.repaired:
@@ -461,7 +475,7 @@ def index_group() -> None:
 @_format_option
 def index_stats_cmd(lake_path: Path, fmt: str) -> None:
     """n, m, k, fill ratio, estimated and target p, memory, and tier-2 counts per key space."""
-    res = Lake.open(lake_path).index_stats()
+    res = _open(lake_path).index_stats()
     click.echo(render(res.columns, res.rows, fmt), nl=False)
 
 
@@ -480,15 +494,8 @@ def dedup_stats_cmd(lake_path: Path, largest: int, fmt: str) -> None:
 
     A giant cluster is the usual sign of a threshold that is too loose.
     """
-    sizes, top = Lake.open(lake_path).dedup_stats(largest)
-    for title, res in (("cluster sizes", sizes), ("largest clusters", top)):
-        if fmt == "table":
-            click.echo(f"== {title}")
-            click.echo(render(res.columns, res.rows, fmt), nl=False)
-        else:
-            click.echo(
-                render(["section", *res.columns], [(title, *r) for r in res.rows], fmt), nl=False
-            )
+    sizes, top = _open(lake_path).dedup_stats(largest)
+    _sections([("cluster sizes", sizes), ("largest clusters", top)], fmt)
 
 
 @main.command("compact")
@@ -499,9 +506,9 @@ def compact_cmd(lake_path: Path, target_size: str | None) -> None:
 
     A new version; the documents, the commit watermark and every older version are unchanged.
     """
-    r = Lake.open(lake_path).compact(
-        parse_size(target_size, "--target-size") if target_size else None
-    )
+    from lakecurate.config import parse_size
+
+    r = _open(lake_path).compact(parse_size(target_size, "--target-size") if target_size else None)
     click.echo(
         f"compacted {r.files_before} file(s) into {r.files_after} ({r.rows:,} rows): "
         f"version {r.version_before} -> {r.version_after}"
@@ -528,7 +535,7 @@ def vacuum_cmd(
     lake_path: Path, dry_run: bool, retention_hours: float | None, force: bool, fmt: str
 ) -> None:
     """Delete data files only old versions need (a dry run unless --no-dry-run)."""
-    r = Lake.open(lake_path).vacuum(dry_run, retention_hours, force)
+    r = _open(lake_path).vacuum(dry_run, retention_hours, force)
     click.echo(render(["file"], [(f,) for f in r.files], fmt), nl=False)
     verb = "would delete" if r.dry_run else "deleted"
     tail = f"; readable versions: {r.readable[0]} to {r.readable[1]}" if r.readable else ""
@@ -547,7 +554,7 @@ def checkpoint_cmd(lake_path: Path) -> None:
     Opening a later version then replays only the commits after it (delta-rs also writes one
     every 100 commits).
     """
-    version = Lake.open(lake_path).checkpoint()
+    version = _open(lake_path).checkpoint()
     click.echo(f"checkpoint written at version {version}")
 
 
@@ -572,5 +579,5 @@ def report_cmd(lake_path: Path, html_path: Path, version: int | None) -> None:
     The filter funnel, document lengths before and after, languages, duplicate groups, chunk
     throughput over time, failures. Inline CSS and SVG: nothing is fetched.
     """
-    out = Lake.open(lake_path).report(html_path, version)
+    out = _open(lake_path).report(html_path, version)
     click.echo(f"wrote {out}")

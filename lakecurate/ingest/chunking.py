@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -89,6 +89,24 @@ def _inside_lake(path: str, lake: str | None) -> str | None:
         if parent == parts:
             return None
         parts = parent
+
+
+@dataclass
+class Inputs:
+    """The inputs of one ingest, discovered once: what was given, the files found with their
+    formats, and what was skipped (``problems``: unreadable entries; ``notes``: lakes)."""
+
+    given: list[str]
+    files: list[tuple[str, Format]]
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def find_inputs(given: Sequence[str], lake: Path | None) -> Inputs:
+    """Discover ``given`` for an ingest into ``lake``; raises InputError for a bad path."""
+    found = Inputs(list(given), [])
+    found.files = discover(found.given, found.problems, lake=lake, notes=found.notes)
+    return found
 
 
 def discover(

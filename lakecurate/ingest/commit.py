@@ -23,10 +23,11 @@ from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
 from lakecurate.lake.record import APPEND, REDECIDE, RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.recovery import finish_restore, forget_near, index_writer
 from lakecurate.store.session import WriteSession
-from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN, ChunkResult, ChunkSpec
+from lakecurate.types import ChunkResult, ChunkSpec
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
 """The verdicts the driver makes against the whole lake; a re-decision makes them again."""

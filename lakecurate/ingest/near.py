@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.store import band_index
-from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
 
 NEAR_DUP = "near_dup"
 

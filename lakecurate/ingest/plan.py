@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakecurate.errors import InputError
-from lakecurate.ingest.chunking import discover, plan_file
+from lakecurate.ingest.chunking import Inputs, plan_file
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkSpec, Format, Status
@@ -46,12 +46,11 @@ class Plan:
 
 
 def make_plan(
-    inputs: Sequence[str | Path],
+    inputs: Inputs,
     chunk_size: int,
     state: StateStore,
     verify: bool = False,
     reporter: Reporter | None = None,
-    lake: Path | None = None,
 ) -> Plan:
     """Discover inputs and cut them into chunks, trusting the stat cache unless ``verify``.
 
@@ -59,13 +58,13 @@ def make_plan(
     chunks superseded, as a clean run of the folder as it is now would not have them.
     """
     reporter = reporter or NullReporter()
-    plan = Plan()
+    plan = Plan(file_errors=list(inputs.problems), notes=list(inputs.notes))
     seen_keys: dict[str, str] = {}
-    found = discover(inputs, plan.file_errors, lake=lake, notes=plan.notes)
+    found = inputs.files
     paths = [p for p, _ in found]
     cache = state.cached_sources(paths)
     known = state.chunks_of_sources(paths)
-    _departed(inputs, set(paths), state, plan)
+    _departed(inputs.given, set(paths), state, plan)
     for path, fmt in found:
         plan.files += 1
         try:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakecurate.config import Config
-from lakecurate.errors import DiskFullError, PermanentChunkError, disk_full, is_disk_full
+from lakecurate.errors import DiskFullError, chunk_failure, disk_full, is_disk_full
+from lakecurate.ingest.chunking import Inputs
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
 from lakecurate.ingest.plan import make_plan
@@ -70,7 +71,7 @@ class IngestReport:
 
 def ingest(
     paths: LakePaths,
-    inputs: list[str],
+    inputs: Inputs,
     cfg: Config,
     *,
     workers: int | None = None,
@@ -83,7 +84,7 @@ def ingest(
     started = time.perf_counter()
     try:
         with write_session(
-            paths, "ingest", args or json.dumps(inputs), cfg, create=True, bloom=True
+            paths, "ingest", args or json.dumps(inputs.given), cfg, create=True, bloom=True
         ) as session:
             report = IngestReport(run_id=session.run_id, notes=session.notes)
             session.state.reset_running(session.run_id)
@@ -114,7 +115,7 @@ def ingest(
 
 def _plan_and_run(
     paths: LakePaths,
-    inputs: list[str],
+    inputs: Inputs,
     cfg: Config,
     workers: int | None,
     verify: bool,
@@ -123,7 +124,7 @@ def _plan_and_run(
     report: IngestReport,
     committer: Committer,
 ) -> None:
-    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter, lake=paths.root)
+    plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
     report.files, report.files_read = plan.files, plan.files_read
     report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
     report.chunks_planned = len(plan.specs)
@@ -335,14 +336,12 @@ class _Scheduler:
         why: str | None = None,
     ) -> None:
         key = spec.chunk_key
-        if is_disk_full(exc):  # not the chunk's fault: stop the run, the chunk stays PENDING
+        verdict = chunk_failure(exc)  # the one place that decides stop / final / retry
+        if verdict == "stop":  # not the chunk's fault: stop the run, the chunk stays PENDING
             raise disk_full(exc, f"a worker wrote the staged file of {key}") from exc
         message = why or f"{type(exc).__name__}: {exc}"
         tb = "".join(traceback.format_exception(exc))
-        is_dead = (
-            isinstance(exc, PermanentChunkError)
-            or attempts.get(key, 0) >= self.cfg.ingest.max_attempts
-        )
+        is_dead = verdict == "final" or attempts.get(key, 0) >= self.cfg.ingest.max_attempts
         self.state.fail(key, is_dead, message, tb, "", self.report.run_id)
         self.reporter.chunk_failed(key, message, is_dead)
         if is_dead:

@@ -23,9 +23,10 @@ from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import RESULT_KEY, staged_name, write_atomic_parquet
+from lakecurate.schema import DOCUMENT_SCHEMA
 from lakecurate.steps.filters import pipeline as filters
-from lakecurate.steps.near.signatures import add_signatures, minhash_config
-from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, WorkOrder
+from lakecurate.steps.near.signatures import add_signatures
+from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
 
 
 @cache
@@ -84,7 +85,7 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     redactions = filters.redactions(pipeline, decided)
     decided = decided.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
     if cfg.near_dedup.enabled:
-        decided = add_signatures(decided, minhash_config(cfg))
+        decided = add_signatures(decided, cfg.near_dedup)
     kept = int(pc.sum(decided["kept"]).as_py() or 0)
     malformed = funnel[0][2]
     path = Path(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)

@@ -29,7 +29,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
 from lakecurate.lake.record import CHUNK_KEY, SEQ_KEY
-from lakecurate.types import DOCUMENT_SCHEMA
+from lakecurate.schema import DOCUMENT_SCHEMA
 
 APP_ID = "lakecurate"
 PARTITION_BY = ["kept"]

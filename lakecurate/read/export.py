@@ -34,7 +34,7 @@ from lakecurate.errors import LakeError, one_line
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore, utc_text
 from lakecurate.read import query
-from lakecurate.types import DOCUMENT_SCHEMA
+from lakecurate.schema import DOCUMENT_SCHEMA
 
 FORMATS = ("parquet", "jsonl", "jsonl.gz")
 DEFAULT_SHARD_BYTES = 256 * 1024 * 1024

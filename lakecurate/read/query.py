@@ -6,6 +6,10 @@ attached READ_ONLY only while they are copied, so readers never block a writer),
 are an Arrow dataset, external access is switched off once the views exist, and only plain
 SELECTs (or EXPLAIN of one, or a few PRAGMAs that only describe) are accepted at all: DuckDB's
 own parse tree decides, so a write wrapped in EXPLAIN ANALYZE or a CTE is refused too.
+
+Arrow, Delta Lake and the state store are imported only inside the functions that use them, so
+a reader of the state tables alone (``open_reader(..., views=False)``, what ``status`` needs)
+loads none of them while no writer holds the lake.
 """
 
 from __future__ import annotations
@@ -16,19 +20,24 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
-import pyarrow.dataset as pds
-import pyarrow.fs as pafs
 
 from lakecurate import engine
-from lakecurate.errors import LakeError, QueryError, ReadOnlyError
-from lakecurate.lake.delta import DeltaStore
+from lakecurate.errors import (
+    BusyError,
+    LakeError,
+    QueryError,
+    ReadOnlyError,
+    lock_conflict,
+    one_line,
+)
 from lakecurate.lake.lock import reading
-from lakecurate.store.state import SNAPSHOT_NAME, SNAPSHOT_TABLES
-from lakecurate.types import DOCUMENT_SCHEMA
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pds
 
 # Query nodes of a plain SELECT; DuckDB also has INSERT/UPDATE/DELETE/MERGE nodes, which a
 # SELECT can hold in a CTE (`WITH d AS (DELETE ... RETURNING *) SELECT ...`).
@@ -87,6 +96,8 @@ def resolve_version(
     ``LakeError`` naming the range that does."""
     if version is not None and as_of is not None:
         raise LakeError("give a version or a time (--version or --as-of), not both")
+    from lakecurate.lake.delta import DeltaStore
+
     store = DeltaStore(documents)
     if version is None and as_of is None:
         latest = store.version()
@@ -101,14 +112,20 @@ def open_reader(
     as_of: str | datetime.datetime | None = None,
     *,
     tables: Collection[str] | None = None,
+    views: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a private copy of the state tables (``tables``; all when
     None) as ``lake`` and the views bound to ``version`` (or to the version current at
     ``as_of``; when both are None, the version the copied state describes).
 
+    With ``views=False`` only the state tables: no ``documents`` / ``docs`` / ``rejects``, so
+    neither the Delta log nor Arrow is touched (``version`` and ``as_of`` must then be None).
+
     The state file is open only while the tables are copied, so a reader never holds it
     while it runs and never stands in a writer's way (see ``_state_source``).
     """
+    if not views and (version is not None or as_of is not None):
+        raise ValueError("a reader without the documents views binds no version")
     con = engine.connect()
     try:
         con.execute(engine.q("views.attach_memory"))
@@ -118,12 +135,13 @@ def open_reader(
             # version read here. A snapshot names its own version (the ingest goes on).
             bound = (
                 done
-                if snapshot and version is None and as_of is None
+                if not views or (snapshot and version is None and as_of is None)
                 else resolve_version(documents, version, as_of)
             )
         con.execute("USE lake")
-        register_documents(con, "documents_dataset", documents, bound)
-        con.execute(engine.q("views.create"))
+        if views:
+            register_documents(con, "documents_dataset", documents, bound)
+            con.execute(engine.q("views.create"))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -155,6 +173,8 @@ def reader_version(
 def tables_for(text: str) -> tuple[str, ...]:
     """The state tables a query needs copied: the small ones always, a large one (index,
     near-dedup) only when the query names it."""
+    from lakecurate.store.state import SNAPSHOT_TABLES
+
     con = engine.connect()
     try:
         named = con.get_table_names(text)
@@ -193,6 +213,8 @@ def _state_source(state_path: Path) -> Iterator[tuple[Path, bool]]:
         if free:
             yield state_path, False
             return
+        from lakecurate.lake.paths import SNAPSHOT_NAME
+
         snapshot = state_path.with_name(SNAPSHOT_NAME)
         if not snapshot.exists():
             raise LakeError(
@@ -210,6 +232,11 @@ def _copy_state(
     try:
         con.execute(engine.q("views.attach_source"), {"path": str(source)})
     except duckdb.Error as exc:
+        if holder := lock_conflict(exc):
+            raise BusyError(
+                f"{source} is open for writing by another process ({holder}): wait for it to "
+                "finish, then try again"
+            ) from exc
         raise LakeError(f"cannot read {source}: {exc}") from exc
     try:
         for (name,) in con.execute(engine.q("views.source_tables")).fetchall():
@@ -225,6 +252,10 @@ def _copy_state(
 
 
 def _empty() -> pa.Table:
+    import pyarrow as pa
+
+    from lakecurate.schema import DOCUMENT_SCHEMA
+
     return pa.table({f.name: pa.array([], f.type) for f in DOCUMENT_SCHEMA})
 
 
@@ -243,7 +274,10 @@ def register_documents(
     if ds is None:
         con.register(name, _empty())
         return
-    plain, views = _split_by_string_type(_native_local(ds, documents))
+    try:
+        plain, views = _split_by_string_type(_native_local(ds, documents))
+    except OSError as exc:  # a data file whose footer cannot be read
+        raise damaged_table(exc) from exc
     if views is None:
         con.register(name, plain)
         return
@@ -256,11 +290,28 @@ def register_documents(
     )
 
 
+# DuckDB's words when an Arrow dataset registered on the connection (the table's data files)
+# fails while a query reads it.
+_STREAM_FAILED = "reading the stream registered as"
+
+
+def damaged_table(exc: BaseException) -> LakeError:
+    """The error for a data file of the table that cannot be read: damage, not the query."""
+    return LakeError(
+        f"a data file of the table cannot be read ({one_line(exc)}): run `lakecurate verify "
+        "--deep` to find it, then restore a version that does not need it"
+    )
+
+
 def _split_by_string_type(ds: pds.Dataset) -> tuple[pds.Dataset, pds.Dataset | None]:
     """(files whose strings are plain strings, files whose strings are string_view or None)."""
+    import pyarrow as pa
+    import pyarrow.dataset as pds
+
     if not isinstance(ds, pds.FileSystemDataset):
         return ds, None
-    plain, views = [], []
+    plain: list[Any] = []
+    views: list[Any] = []
     for fragment in ds.get_fragments():
         is_view = any(pa.types.is_string_view(f.type) for f in fragment.physical_schema)
         (views if is_view else plain).append(fragment)
@@ -279,6 +330,8 @@ def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
     """The dataset of one version; an old one is checked to still have its files."""
     if bound is None:
         return None  # no commit yet
+    from lakecurate.lake.delta import DeltaStore
+
     store = DeltaStore(documents)
     try:
         return store.open_version(bound)
@@ -302,6 +355,9 @@ def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
     expressions (they carry the file statistics used for pruning); a dataset that is not plain
     local files is returned unchanged. (The natural home of this is ``DeltaStore.dataset``.)
     """
+    import pyarrow.dataset as pds
+    import pyarrow.fs as pafs
+
     if not isinstance(ds, pds.FileSystemDataset) or not isinstance(
         ds.filesystem, pafs.PyFileSystem
     ):
@@ -339,6 +395,8 @@ def run(
         columns = [d[0] for d in rel.description or []]
         return QueryResult(columns, rel.fetchall())
     except duckdb.Error as exc:
+        if _STREAM_FAILED in str(exc):  # Arrow could not read a data file: damage, not SQL
+            raise damaged_table(exc) from exc
         raise QueryError(f"SQL error: {exc}") from exc
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 import duckdb
 import duckdb.func
@@ -24,21 +23,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate import engine
-from lakecurate.config import Config
+from lakecurate.config import NEAR_LINKS, Config, NearDedupConfig, NearLink
 from lakecurate.errors import LakeError
+from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
-from lakecurate.steps.near.minhash import MinHashConfig
-from lakecurate.steps.near.signatures import minhash_config
-from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
 
 ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
 
 MAX_ROUNDS = 10_000
 
-Link = Literal["any", "kept"]
-LINKS: tuple[Link, ...] = ("any", "kept")
-"""Clustering rules of :class:`NearDedupIndex` (``link``): see docs/near-dedup.md."""
+Link = NearLink
+LINKS: tuple[Link, ...] = NEAR_LINKS
+"""Clustering rules of :class:`NearDedupIndex` (``[near_dedup].link``): see docs/near-dedup.md."""
 
 CHUNK_SCHEMA = pa.schema(
     [
@@ -149,27 +146,22 @@ class NearDedupIndex:
     forgets the chunk's rows, so it is idempotent too.
     """
 
-    def __init__(
-        self, con: duckdb.DuckDBPyConnection, cfg: MinHashConfig, link: Link = "any"
-    ) -> None:
-        """``link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins a
-        document to the smallest cluster among its earlier neighbours, so chains through dropped
-        documents merge; ``"kept"`` joins it only to a cluster whose kept document it is itself
-        near (verified against the representative, never through a chain), which needs
-        ``cfg.verify``. A lake's index records its rule and refuses the other one."""
-        if link not in LINKS:
-            raise ValueError(f"link must be one of {LINKS}, not {link!r}")
-        if link == "kept" and not cfg.verify:
-            raise LakeError('near-dedup link = "kept" compares signatures: it needs verify = true')
+    def __init__(self, con: duckdb.DuckDBPyConnection, cfg: NearDedupConfig) -> None:
+        """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins
+        a document to the smallest cluster among its earlier neighbours, so chains through
+        dropped documents merge; ``"kept"`` joins it only to a cluster whose kept document it is
+        itself near (verified against the representative, never through a chain), which needs
+        ``cfg.verify`` (the config checks that). A lake's index records its rule and refuses the
+        other one."""
         self.con = con
         self.cfg = cfg
-        self.link = link
+        self.link: Link = cfg.link
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
 
     @classmethod
     def of_config(cls, con: duckdb.DuckDBPyConnection, cfg: Config) -> NearDedupIndex:
         """The band index with the lake config's ``[near_dedup]`` settings, its tables made."""
-        index = cls(con, minhash_config(cfg), cfg.near_dedup.link)
+        index = cls(con, cfg.near_dedup)
         index.create_schema()
         return index
 
@@ -189,7 +181,7 @@ class NearDedupIndex:
             self.con.execute(engine.q(name))
         rows = self.con.execute(engine.q("dedup.get_meta"), {"key": "fingerprint"}).fetchall()
         row = rows[0] if rows else None
-        fp = self.cfg.fingerprint()
+        fp = minhash.fingerprint(self.cfg)
         links = self.con.execute(engine.q("dedup.get_meta"), {"key": "link"}).fetchall()
         if row is None:
             self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})

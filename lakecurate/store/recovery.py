@@ -20,12 +20,13 @@ from lakecurate import engine
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.record import RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.schema import SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.band_index import NearDedupIndex, chunk_table_of
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import resync
 from lakecurate.store.state import StateStore
-from lakecurate.types import SIGNATURE_COLUMN, ChunkResult
+from lakecurate.types import ChunkResult
 
 Writer = Callable[[], None]
 

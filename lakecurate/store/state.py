@@ -15,16 +15,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from lakecurate import __version__, engine, faults
-from lakecurate.errors import LakeError
+from lakecurate.errors import BusyError, LakeError
 from lakecurate.lake import atomic
-from lakecurate.lake.paths import SNAPSHOT_NAME  # noqa: F401 (readers import it from here)
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA_VERSION_KEY = "schema_version"
 # The tables readers see while an ingest holds the state file; the large index tables are left
@@ -51,7 +52,9 @@ class StateStore:
         """Open (creating and migrating as needed) the state database at ``path``."""
         try:
             con = engine.connect(path)
-        except duckdb.Error as exc:
+        except BusyError:
+            raise  # held by another process: busy, not damaged
+        except (duckdb.Error, LakeError) as exc:
             raise LakeError(
                 f"{path} is not a readable lakecurate state database ({exc}); "
                 "move it away and run `lakecurate verify --repair`"
@@ -188,6 +191,8 @@ class StateStore:
         Together, so a crash can never leave a cached source whose chunks were not recorded.
         New chunks start PENDING.
         """
+        import pyarrow as pa  # here, not at the top: `status` opens no ledger and needs no Arrow
+
         with self.transaction():
             if specs:
                 rows = [asdict(s) | {"format": s.format.value} for s in specs]
@@ -438,6 +443,8 @@ class StateStore:
 
     def add_funnel(self, key: str, funnel: Sequence[Sequence[Any]]) -> None:
         """Insert a chunk's funnel rows in one statement (inside the caller's transaction)."""
+        import pyarrow as pa
+
         if not funnel:
             return
         self.con.register(

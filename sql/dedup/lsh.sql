@@ -3,7 +3,7 @@
 -- order" is "smallest doc_seq". A document's cluster_id is the doc_seq of its cluster's kept
 -- document; the kept document has cluster_id = its own doc_seq. See docs/near-dedup.md.
 -- Inputs of the chunk statements: the Arrow table `nd_chunk(doc_seq BIGINT, doc_id VARCHAR,
--- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.dedup.lsh.
+-- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.store.band_index.
 
 -- name: create_bands
 -- One row per (document, band). Kept for every document that has tokens, dropped or not, so a

@@ -3,7 +3,7 @@
 -- them), the character share of the most frequent 2/3/4-gram, and the character share of
 -- duplicated 5..10-grams. Character shares are over length(text), as in datatrove.
 --
--- Two parts: `lc_ngram_chars(tokens)` (a vectorised Arrow UDF, lakecurate/filters_udf.py) counts
+-- Two parts: `lc_ngram_chars(tokens)` (a vectorised Arrow UDF, lakecurate/steps/filters/gopher.py) counts
 -- the n-gram characters of a whole vector of documents at once with numpy and Arrow's hash
 -- tables, because SQL cannot do it efficiently (DuckDB allows no subquery inside a lambda, a
 -- lambda over the token list copies it per element, and the set-based plan of one row per
@@ -14,11 +14,6 @@
 -- to the n-gram seen first (Python's Counter). Duplicated 5..10-grams: datatrove's scan, which
 -- at an n-gram seen before adds its characters (words joined without a space) and jumps n words
 -- ahead; n-grams inside a jump are never remembered.
-
--- name: gopher_repetition_ngrams
--- Per document of the relation `lc_input(doc, text)`: [top 2, 3, 4-gram chars, dup 5..10-gram
--- chars]. (The pipeline calls the UDF inline; this statement is the same thing for one relation.)
-SELECT doc, lc_ngram_chars(lc_tokens(text)) AS ngram_chars FROM lc_input;
 
 -- name: gopher_repetition
 CREATE OR REPLACE MACRO gopher_repetition_filter(text, ngram_chars,

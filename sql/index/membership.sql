@@ -26,7 +26,7 @@ SELECT DISTINCT m.id
 FROM (SELECT unnest($ids::VARCHAR[]) AS id) m
 JOIN doc_ids h ON h.hash = md5_number(m.id);
 
--- Index writes go through DuckDB appenders (lakecurate/index.py `add`), with the keys computed
+-- Index writes go through DuckDB appenders (lakecurate/store/index.py `add`), with the keys computed
 -- in numpy; they equal `('0x' || content_hash)::UHUGEINT` and `md5_number(id)` (tested).
 
 -- name: remove_content_of_chunks

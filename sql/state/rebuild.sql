@@ -74,12 +74,6 @@ DELETE FROM minhash_bands WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records)
 -- name: near_forget_absent_docs
 DELETE FROM minhash_docs WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records);
 
--- name: near_index_size
-SELECT count(*) FROM minhash_docs;
-
--- name: success_in_commit_order
-SELECT chunk_key, commit_seq FROM chunks WHERE status = 'SUCCESS' ORDER BY commit_seq;
-
 -- name: dangling_chunks
 -- Chunks holding a duplicate whose original the table no longer has: an exact or near
 -- duplicate whose `dup_of` names no kept row, or a repeated id that is now the only row with

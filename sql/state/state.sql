@@ -58,10 +58,6 @@ INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, m
 SELECT now(), $run_id, chunk_key, status, $to_status, $message
 FROM chunks WHERE status = $from_status;
 
--- name: set_status
-UPDATE chunks SET status = $to_status, run_id = $run_id
-WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
-
 -- name: todo
 -- The chunks of this run's plan that still need work, in commit order.
 SELECT chunk_key, status, attempts FROM chunks
@@ -139,9 +135,6 @@ DELETE FROM filter_stats WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
 -- name: insert_funnel
 INSERT INTO filter_stats SELECT chunk_key, step, step_no, docs_in, docs_dropped FROM funnel_rows;
-
--- name: insert_filter_stat
-INSERT INTO filter_stats VALUES ($key, $step, $step_no, $docs_in, $docs_dropped);
 
 -- name: supersede_chunks
 UPDATE chunks SET status = 'SUPERSEDED', finished_at = now()

@@ -17,8 +17,8 @@ from helpers import ROOT, cli_env
 
 from lakecurate import Lake
 from lakecurate.lake.lock import LakeLock
+from lakecurate.lake.paths import SNAPSHOT_NAME
 from lakecurate.read.export import verify as export_verify
-from lakecurate.store.state import SNAPSHOT_NAME
 
 
 def test_readers_and_a_second_writer_during_an_ingest(

@@ -14,6 +14,7 @@ import pytest
 from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
 
 from lakecurate import Lake
+from lakecurate.config import NearDedupConfig
 from lakecurate.errors import ConfigError, LakeError
 from lakecurate.steps.near import minhash as mh
 
@@ -41,7 +42,7 @@ def test_every_near_duplicate_is_near_its_kept_document(reference: Path) -> None
                         WHERE r.reason = 'near_dup' ORDER BY r.id""").rows
     (n_near,) = lake.sql("SELECT count(*) FROM rejects WHERE reason = 'near_dup'").rows[0]
     assert len(pairs) == n_near > 10
-    cfg = mh.MinHashConfig(threshold=0.8)
+    cfg = NearDedupConfig(threshold=0.8)
     dup = mh.signatures_of_texts([a for a, _ in pairs], cfg)
     kept = mh.signatures_of_texts([b for _, b in pairs], cfg)
     need = int(np.ceil(cfg.threshold * cfg.num_perm - 1e-9))

@@ -137,7 +137,8 @@ def repetition(con: duckdb.DuckDBPyConnection, text: str, **kw: float) -> str | 
     con.execute("CREATE OR REPLACE TEMP TABLE lc_input AS SELECT 1 AS doc, $t AS text", {"t": text})
     args = "".join(f", {k} := {v}" for k, v in kw.items())
     sql = (
-        f"WITH ng AS ({engine.q('filters.gopher_repetition_ngrams')}) "
+        # What the pipeline calls inline, for one relation: the n-gram counts of each document.
+        "WITH ng AS (SELECT doc, lc_ngram_chars(lc_tokens(text)) AS ngram_chars FROM lc_input) "
         f"SELECT gopher_repetition_filter(i.text, ng.ngram_chars{args}) FROM lc_input i "
         "LEFT JOIN ng USING (doc)"
     )

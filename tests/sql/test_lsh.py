@@ -11,12 +11,13 @@ import pytest
 from helpers import as_global
 
 from lakecurate import engine
+from lakecurate.config import NearDedupConfig
 from lakecurate.errors import LakeError
 from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
 
-CFG = mh.MinHashConfig(threshold=0.7)
+CFG = NearDedupConfig(threshold=0.7)
 VOCAB = [f"v{i}" for i in range(5000)]
 
 
@@ -106,7 +107,7 @@ def reference(
     it shares a band with (and, verified, agrees with on enough positions), else starts one."""
     texts = corpus[0]
     sig = mh.signatures_of_texts(texts, CFG)
-    bands = mh.band_hashes(sig, *CFG.layout)
+    bands = mh.band_hashes(sig, *mh.layout(CFG))
     empty = mh.is_empty(sig)
     need = band_index.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
     label: dict[int, int] = {}
@@ -189,7 +190,7 @@ def test_match_and_add_are_idempotent(index: band_index.NearDedupIndex, corpus) 
     ((n_bands,),) = index.con.execute("SELECT count(*) FROM minhash_bands").fetchall()
     with_tokens = int(pa.compute.sum(pa.compute.is_valid(bands.slice(0, 120))).as_py())
     assert n_docs == with_tokens
-    assert n_bands == with_tokens * CFG.layout[0]
+    assert n_bands == with_tokens * mh.layout(CFG)[0]
 
 
 def test_documents_without_tokens_are_left_out(index: band_index.NearDedupIndex) -> None:
@@ -209,7 +210,7 @@ def test_documents_without_tokens_are_left_out(index: band_index.NearDedupIndex)
 
 
 def test_changed_settings_are_refused(index: band_index.NearDedupIndex) -> None:
-    other = band_index.NearDedupIndex(index.con, mh.MinHashConfig(threshold=0.7, seed=9))
+    other = band_index.NearDedupIndex(index.con, NearDedupConfig(threshold=0.7, seed=9))
     with pytest.raises(LakeError, match="near-dedup index was built"):
         other.create_schema()
     band_index.NearDedupIndex(index.con, CFG).create_schema()  # same settings: fine

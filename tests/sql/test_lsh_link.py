@@ -1,4 +1,4 @@
-"""The clustering rule ``link = "kept"`` of the LSH index (``NearDedupIndex(..., link="kept")``).
+"""The clustering rule ``link = "kept"`` of the LSH index (``[near_dedup].link = "kept"``).
 
 A document joins a cluster only when it is itself near (verified on the signatures) that cluster's
 kept document, never through a chain of dropped documents. What must hold, as for ``"any"``:
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -17,12 +18,13 @@ import pytest
 from helpers import as_global
 
 from lakecurate import engine
-from lakecurate.errors import LakeError
+from lakecurate.config import NearDedupConfig
+from lakecurate.errors import ConfigError, LakeError
 from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
 
-CFG = mh.MinHashConfig(threshold=0.7)
+CFG = NearDedupConfig(threshold=0.7)
 NEED = band_index.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
 VOCAB = [f"w{i}" for i in range(5000)]
 
@@ -56,7 +58,7 @@ def chain_corpus(seed: int = 3) -> list[str]:
     return [" ".join(d) for d in docs]
 
 
-def columns(texts: list[str], cfg: mh.MinHashConfig = CFG) -> tuple[list[str], pa.Array, pa.Array]:
+def columns(texts: list[str], cfg: NearDedupConfig = CFG) -> tuple[list[str], pa.Array, pa.Array]:
     sig, bands = signatures.chunk_signatures(texts, cfg)
     return texts, sig, bands
 
@@ -67,9 +69,9 @@ def corpus() -> tuple[list[str], pa.Array, pa.Array]:
 
 
 def new_index(
-    link: band_index.Link, threads: int = 1, cfg: mh.MinHashConfig = CFG
+    link: band_index.Link, threads: int = 1, cfg: NearDedupConfig = CFG
 ) -> band_index.NearDedupIndex:
-    idx = band_index.NearDedupIndex(engine.connect(threads=threads), cfg, link=link)
+    idx = band_index.NearDedupIndex(engine.connect(threads=threads), replace(cfg, link=link))
     idx.create_schema()
     return idx
 
@@ -121,13 +123,13 @@ def chunking(n: int, sizes: list[int]) -> list[int]:
     return sizes
 
 
-def reference(texts: list[str], link: str, cfg: mh.MinHashConfig = CFG) -> list[Row]:
+def reference(texts: list[str], link: str, cfg: NearDedupConfig = CFG) -> list[Row]:
     """Both rules in plain Python, one document at a time in order. Neighbours: earlier documents
     sharing a band and agreeing on at least NEED positions. ``any``: the smallest cluster among
     the neighbours'; ``kept``: the smallest among those whose kept document is itself a
     neighbour-grade match (at least NEED equal positions) of the document."""
     sig = mh.signatures_of_texts(texts, cfg)
-    bands = mh.band_hashes(sig, *cfg.layout)
+    bands = mh.band_hashes(sig, *mh.layout(cfg))
     empty = mh.is_empty(sig)
     need = band_index.NearDedupIndex(None, cfg).min_matches  # type: ignore[arg-type]
 
@@ -175,7 +177,7 @@ def test_the_chain_is_what_it_claims() -> None:
     assert min(est[0, 1], est[1, 2]) >= CFG.threshold + 0.05  # A~B, B~C (0.79, 0.80)
     assert est[0, 2] < CFG.threshold - 0.05  # A and C far apart (0.64)
     assert est[0, 3] >= CFG.threshold + 0.05  # D~A (0.93)
-    bands = mh.band_hashes(sig, *CFG.layout)
+    bands = mh.band_hashes(sig, *mh.layout(CFG))
     assert (bands[0] == bands[1]).any() and (bands[1] == bands[2]).any()
     assert (bands[0] == bands[3]).any()
 
@@ -275,8 +277,9 @@ def test_an_index_refuses_the_other_rule(built: band_index.Link, now: band_index
     idx = new_index(built)
     try:
         with pytest.raises(LakeError, match=f'link = "{built}", the config now gives "{now}"'):
-            band_index.NearDedupIndex(idx.con, CFG, link=now).create_schema()
-        band_index.NearDedupIndex(idx.con, CFG, link=built).create_schema()  # the same rule: fine
+            band_index.NearDedupIndex(idx.con, replace(CFG, link=now)).create_schema()
+        # the same rule: fine
+        band_index.NearDedupIndex(idx.con, replace(CFG, link=built)).create_schema()
     finally:
         idx.con.close()
 
@@ -286,14 +289,16 @@ def test_an_index_from_before_the_rule_was_recorded_is_any() -> None:
     try:
         idx.con.execute("DELETE FROM minhash_meta WHERE key = 'link'")  # as older versions wrote
         with pytest.raises(LakeError, match=r'built with \[near_dedup\]\.link = "any"'):
-            band_index.NearDedupIndex(idx.con, CFG, link="kept").create_schema()
-        band_index.NearDedupIndex(idx.con, CFG, link="any").create_schema()
+            band_index.NearDedupIndex(idx.con, replace(CFG, link="kept")).create_schema()
+        band_index.NearDedupIndex(idx.con, replace(CFG, link="any")).create_schema()
     finally:
         idx.con.close()
 
 
 def test_kept_needs_verification_and_a_known_rule() -> None:
-    with pytest.raises(LakeError, match="needs verify = true"):
-        band_index.NearDedupIndex(None, mh.MinHashConfig(verify=False), link="kept")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="link must be one of"):
-        band_index.NearDedupIndex(None, CFG, link="all")  # type: ignore[arg-type]
+    """The config refuses both when it is made, before any index sees it."""
+    with pytest.raises(ConfigError, match="needs verify = true"):
+        replace(CFG, verify=False, link="kept")
+    with pytest.raises(ConfigError, match=r'\[near_dedup\]\.link = .all.: must be "any" or "kept"'):
+        replace(CFG, link="all")  # type: ignore[arg-type]
+    assert band_index.NearDedupIndex(None, replace(CFG, link="kept")).link == "kept"  # type: ignore[arg-type]

@@ -15,7 +15,8 @@ import pytest
 
 from lakecurate.ingest import chunking, worker
 from lakecurate.ingest import staging as staged_file
-from lakecurate.types import DOCUMENT_SCHEMA, ChunkResult, ChunkSpec, Format, WorkOrder
+from lakecurate.schema import DOCUMENT_SCHEMA
+from lakecurate.types import ChunkResult, ChunkSpec, Format, WorkOrder
 
 
 def _line(text: object, doc_id: object = None, **meta: object) -> bytes:

@@ -28,9 +28,9 @@ TOP = "lakecurate"
 
 DOC = PKG.parent / "docs" / "architecture.md"
 
-BASE = {"config", "types", "errors", "progress", "faults", "engine"}
+BASE = {"config", "types", "schema", "errors", "progress", "faults", "engine"}
 """The bottom layer: every layer may import it; it imports only BASE_MAY_IMPORT."""
-BASE_MAY_IMPORT = {"errors", "types"}
+BASE_MAY_IMPORT = {"errors", "types", "schema"}
 
 ALLOWED: dict[str, set[str]] = {
     # layer (the first name under lakecurate) -> the layers it may import besides itself and BASE
@@ -373,3 +373,18 @@ def test_every_public_module_has_a_docstring() -> None:
         if not ast.get_docstring(mod.tree):
             missing.append(str(mod.path.relative_to(PKG.parent)))
     assert not missing, f"modules without a docstring: {missing}"
+
+
+def test_every_sql_statement_is_used() -> None:
+    """A named statement in sql/ that no code runs is dead (statements named with an f-string,
+    ``engine.q(f"report.{name}")``, count for their whole file)."""
+    source = "\n".join(m.path.read_text(encoding="utf-8") for m in modules().values())
+    dynamic = set(re.findall(r'q\(f"(\w+)\.\{', source))
+    unused = []
+    for path in sorted((PKG.parent / "sql").rglob("*.sql")):
+        folder = path.parent.name
+        for name in re.findall(r"^-- name: (\w+)", path.read_text(encoding="utf-8"), re.M):
+            quoted = (f'"{folder}.{name}"', f"'{folder}.{name}'")
+            if folder not in dynamic and not any(q in source for q in quoted):
+                unused.append(f"{path.relative_to(PKG.parent)}: {name}")
+    assert not unused, f"SQL statements no code runs: {unused}"

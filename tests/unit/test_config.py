@@ -230,3 +230,78 @@ def test_hash_is_stable_and_short() -> None:
         config.from_dict({"dedup": {"exact": False}}).hash
         == Config(dedup=DedupConfig(exact=False)).hash
     )
+
+
+# Config hashes pinned from the code before MinHashConfig was folded into NearDedupConfig: every
+# commit records its config's hash, so these must never change for the same settings.
+PINNED_HASHES = [
+    ({}, "96eba498810bd6ab"),
+    ({"near_dedup": {"enabled": False, "num_perm": 256}}, "96eba498810bd6ab"),
+    ({"near_dedup": {"enabled": True}}, "b7d01782bc20a8e0"),
+    (
+        {
+            "near_dedup": {
+                "enabled": True,
+                "threshold": 0.7,
+                "num_perm": 256,
+                "ngram": 3,
+                "unit": "word",
+                "seed": 7,
+                "verify": False,
+            }
+        },
+        "e488799891f374e0",
+    ),
+    (
+        {"near_dedup": {"enabled": True, "num_perm": 64, "bands": 8, "rows": 8, "unit": "char"}},
+        "c3de91364dfba55e",
+    ),
+    ({"near_dedup": {"enabled": True, "link": "kept", "num_perm": 256}}, "dcf374077ad7ab96"),
+]
+
+
+@pytest.mark.parametrize(("data", "expected"), PINNED_HASHES)
+def test_near_dedup_config_hash_is_pinned(data: dict[str, object], expected: str) -> None:
+    assert config.from_dict(data).hash == expected
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"num_perm": 8}, r"\[near_dedup\]\.num_perm = 8: must be between 16 and 1024"),
+        ({"num_perm": 2048}, r"\[near_dedup\]\.num_perm = 2048: must be between 16 and 1024"),
+        ({"ngram": 0}, r"\[near_dedup\]\.ngram = 0: must be between 1 and 32"),
+        ({"unit": "token"}, r"\[near_dedup\]\.unit = 'token': must be \"word\", \"char\" or"),
+        ({"threshold": 1.0}, r"\[near_dedup\]\.threshold = 1\.0: must be between 0 and 1"),
+        ({"threshold": 0}, r"\[near_dedup\]\.threshold = 0\.0: must be between 0 and 1"),
+        ({"threshold": math.nan}, r"\[near_dedup\]\.threshold = nan: must be between 0 and 1"),
+        ({"seed": -1}, r"\[near_dedup\]\.seed = -1: must be between 0 and 2\*\*63 - 1"),
+        ({"bands": 4}, r"\[near_dedup\]\.bands = 4, rows = None: give both bands and rows"),
+        ({"bands": 20, "rows": 10}, r"bands x rows = 20 x 10 .* fit in num_perm = 128"),
+        ({"bands": 0, "rows": 4}, r"bands x rows = 0 x 4 must be at least 1 x 1"),
+        ({"bands": 256, "rows": 1, "num_perm": 1024}, r"\.bands = 256: at most 255"),
+        ({"num_perm": "128"}, r"\[near_dedup\]\.num_perm = '128': must be int"),
+        ({"verify": 1}, r"\[near_dedup\]\.verify = 1: must be bool"),
+    ],
+)
+@pytest.mark.parametrize("enabled", [True, False])
+def test_near_dedup_ranges_fail_at_load(
+    keys: dict[str, object], message: str, enabled: bool
+) -> None:
+    """A bad ``[near_dedup]`` value fails when the config is parsed, enabled or not, naming the
+    key (not when an ingest starts)."""
+    with pytest.raises(ConfigError, match=message):
+        config.from_dict({"near_dedup": {"enabled": enabled, **keys}})
+
+
+def test_near_dedup_config_is_frozen_hashable_and_checked_when_made() -> None:
+    from lakecurate.config import NearDedupConfig
+
+    cfg = NearDedupConfig(enabled=True, num_perm=256)
+    assert hash(cfg) == hash(NearDedupConfig(enabled=True, num_perm=256))
+    assert len({cfg, NearDedupConfig(enabled=True, num_perm=256), NearDedupConfig()}) == 2
+    with pytest.raises(AttributeError):
+        cfg.num_perm = 64  # type: ignore[misc]
+    with pytest.raises(ConfigError, match=r"\[near_dedup\]\.num_perm = 8"):
+        replace(cfg, num_perm=8)
+    assert config.from_dict({"near_dedup": {"threshold": 0.5}}).near_dedup.threshold == 0.5

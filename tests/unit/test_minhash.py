@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
+import unicodedata
 
 import numpy as np
 import pytest
 
+from lakecurate import config
+from lakecurate.config import NearDedupConfig
+from lakecurate.errors import ConfigError
 from lakecurate.steps.near import minhash as mh
 
-CFG = mh.MinHashConfig()
+CFG = NearDedupConfig()
 VOCAB = [f"w{i}" for i in range(3000)]
 
 
@@ -17,7 +21,7 @@ def words(rng: random.Random, n: int) -> list[str]:
     return [rng.choice(VOCAB) for _ in range(n)]
 
 
-def shingle_set(text: str, cfg: mh.MinHashConfig = CFG) -> set[int]:
+def shingle_set(text: str, cfg: NearDedupConfig = CFG) -> set[int]:
     values, offsets = mh.token_hashes([text], cfg.unit)
     shingles, _ = mh.shingle_hashes(values, offsets, cfg.ngram)
     return set(shingles.tolist())
@@ -132,7 +136,7 @@ def test_cjk_text_uses_character_shingles() -> None:
     assert mh.document_unit("plain english words") == "word"
     sig = mh.signatures_of_texts([poem, edited], CFG)
     assert 0.6 < float(mh.estimate_jaccard(sig[0], sig[1])) < 1.0
-    word_cfg = mh.MinHashConfig(unit="word")
+    word_cfg = NearDedupConfig(unit="word")
     wsig = mh.signatures_of_texts([poem, edited], word_cfg)
     assert float(mh.estimate_jaccard(wsig[0], wsig[1])) < 0.1  # one token each: all or nothing
 
@@ -169,10 +173,64 @@ def test_band_hashes_agree_exactly_when_rows_agree() -> None:
 
 
 def test_config_validation_and_fingerprint() -> None:
-    with pytest.raises(ValueError, match="both bands and rows"):
-        mh.MinHashConfig(bands=4)
-    with pytest.raises(ValueError, match="fit in num_perm"):
-        mh.MinHashConfig(bands=20, rows=10)
-    assert mh.MinHashConfig().fingerprint() == mh.MinHashConfig().fingerprint()
-    assert mh.MinHashConfig(seed=2).fingerprint() != mh.MinHashConfig().fingerprint()
-    assert mh.MinHashConfig().describe()["bands"] == mh.MinHashConfig().layout[0]
+    with pytest.raises(ConfigError, match="both bands and rows"):
+        NearDedupConfig(bands=4)
+    with pytest.raises(ConfigError, match="fit in num_perm"):
+        NearDedupConfig(bands=20, rows=10)
+    assert mh.fingerprint(NearDedupConfig()) == mh.fingerprint(NearDedupConfig())
+    assert mh.fingerprint(NearDedupConfig(seed=2)) != mh.fingerprint(NearDedupConfig())
+    assert mh.describe(NearDedupConfig())["bands"] == mh.layout(NearDedupConfig())[0]
+
+
+def test_fingerprint_ignores_what_does_not_change_signatures() -> None:
+    """``enabled`` and ``link`` never change signatures; threshold and verify only through the
+    band layout."""
+    base = mh.fingerprint(CFG)
+    assert mh.fingerprint(NearDedupConfig(enabled=True, link="kept")) == base
+    explicit = NearDedupConfig(bands=16, rows=8, threshold=0.6, verify=False)
+    assert mh.layout(explicit) == mh.layout(CFG) and mh.fingerprint(explicit) == base
+    assert mh.fingerprint(NearDedupConfig(threshold=0.6)) != base  # another layout
+
+
+def test_describe_keeps_its_keys() -> None:
+    """The keys and values ``describe`` had before the config classes were merged, plus
+    ``enabled`` and ``link``."""
+    assert mh.describe(NearDedupConfig(enabled=True, link="kept")) == {
+        "num_perm": 128,
+        "ngram": 5,
+        "seed": 1,
+        "unit": "auto",
+        "threshold": 0.8,
+        "bands": 16,
+        "rows": 8,
+        "verify": True,
+        "enabled": True,
+        "link": "kept",
+        "fingerprint": "b901ddf28126623b",
+        "s_curve_at_threshold": 0.947,
+    }
+
+
+# Fingerprints pinned from the code before MinHashConfig was folded into NearDedupConfig: a lake
+# stores its fingerprint with its band index, so a change here makes every existing lake refuse
+# its index. Only ALGORITHM_VERSION or the Unicode version may change them, on purpose.
+PINNED_FINGERPRINTS = [
+    ({}, "b901ddf28126623b", (16, 8)),
+    (
+        {"threshold": 0.7, "num_perm": 256, "ngram": 3, "unit": "word", "seed": 7, "verify": False},
+        "a4b4ec757e6f902e",
+        (25, 10),
+    ),
+    ({"num_perm": 64, "bands": 8, "rows": 8, "unit": "char"}, "bb4a0d4c99c5ae38", (8, 8)),
+]
+
+
+@pytest.mark.parametrize(("settings", "fingerprint", "layout"), PINNED_FINGERPRINTS)
+def test_fingerprint_is_pinned(
+    settings: dict[str, object], fingerprint: str, layout: tuple[int, int]
+) -> None:
+    assert mh.ALGORITHM_VERSION == 1 and unicodedata.unidata_version == "14.0.0"
+    cfg = NearDedupConfig(**settings)  # type: ignore[arg-type]
+    assert mh.layout(cfg) == layout
+    assert mh.fingerprint(cfg) == fingerprint
+    assert mh.fingerprint(config.from_dict({"near_dedup": settings}).near_dedup) == fingerprint

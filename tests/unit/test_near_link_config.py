@@ -48,12 +48,12 @@ def test_kept_needs_verify() -> None:
 
 
 def test_link_is_not_a_minhash_setting() -> None:
-    """MinHashConfig takes minhash_params(); the rule is the index's, not the signatures'."""
-    from lakecurate.steps.near.minhash import MinHashConfig
+    """The rule is the index's, not the signatures': it leaves the fingerprint alone."""
+    from lakecurate.steps.near import minhash
 
-    cfg = near(link="kept", num_perm=256).near_dedup
-    assert "link" not in cfg.minhash_params()
-    assert MinHashConfig(**cfg.minhash_params()).num_perm == 256  # type: ignore[arg-type]
+    kept = near(link="kept", num_perm=256).near_dedup
+    assert kept.num_perm == 256
+    assert minhash.fingerprint(kept) == minhash.fingerprint(near(num_perm=256).near_dedup)
 
 
 def test_default_link_keeps_the_hash_of_lakes_made_before_the_key() -> None:

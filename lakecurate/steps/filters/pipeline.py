@@ -8,6 +8,7 @@ without a loop. Every value is a bound parameter; the SQL text depends only on w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,28 +38,28 @@ _MACRO_STATEMENTS = (
 _ALIVE = "kind IS NULL AND f_step IS NULL AND t <> ''"
 
 
+# The Python functions the filter macros call: (SQL name, Arrow function, argument types, result
+# type). A filter that needs Python adds its module in this package and one line here.
+UDFS: tuple[tuple[str, Callable[[pa.Array], pa.Array], list[Any], str], ...] = (
+    ("lc_langid", langid.detect, ["VARCHAR"], "STRUCT(lang VARCHAR, score DOUBLE)"),
+    ("lc_ngram_chars", filters_udf.ngram_chars, ["VARCHAR[]"], "BIGINT[]"),
+)
+
+
 def install(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every filter macro and the language-id UDF on a connection."""
-    con.create_function(
-        "lc_langid",
-        langid.detect,
-        ["VARCHAR"],
-        "STRUCT(lang VARCHAR, score DOUBLE)",
-        type=PythonUDFType.ARROW,
-        null_handling=FunctionNullHandling.SPECIAL,
-        side_effects=False,
-    )
-    con.create_function(
-        "lc_ngram_chars",
-        filters_udf.ngram_chars,
-        ["VARCHAR[]"],
-        "BIGINT[]",
-        type=PythonUDFType.ARROW,
-        null_handling=FunctionNullHandling.SPECIAL,
-        side_effects=False,
-    )
-    for name in _MACRO_STATEMENTS:
-        con.execute(engine.q(name))
+    """Create every filter macro and the Python UDFs they call on a connection."""
+    for name, function, args, returns in UDFS:
+        con.create_function(
+            name,
+            function,
+            args,
+            returns,
+            type=PythonUDFType.ARROW,
+            null_handling=FunctionNullHandling.SPECIAL,
+            side_effects=False,
+        )
+    for statement in _MACRO_STATEMENTS:
+        con.execute(engine.q(statement))
 
 
 @dataclass

@@ -5,7 +5,7 @@ code points plus a splitmix64 finaliser, shingles with a polynomial over token h
 ``num_perm`` permutations are multiply-add-shift hashes ``(a*x + b) >> 32`` on 64-bit words.
 Nothing depends on DuckDB's ``hash()`` (undocumented, free to change between releases) or on
 Python's ``hash()`` (salted per process), so a band index written years ago still matches new
-documents as long as ``MinHashConfig.fingerprint`` is unchanged. The one outside input is
+documents as long as :func:`fingerprint` is unchanged. The one outside input is
 Python's Unicode database (which characters are letters, their lower case), so its version is
 part of the fingerprint.
 
@@ -31,18 +31,20 @@ import json
 import math
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from lakecurate.config import NearDedupConfig, NearUnit
+
 ALGORITHM_VERSION = 1
 """Bump whenever tokens, shingles, permutations or band hashes change: old band indexes must not be
 mixed with new signatures, and the fingerprint is how a lake notices."""
 
-Unit = Literal["word", "char", "auto"]
+Unit = NearUnit
+"""Shingle unit (``[near_dedup].unit``): ``word``, ``char`` or ``auto``."""
 U64 = npt.NDArray[np.uint64]
 U32 = npt.NDArray[np.uint32]
 I64 = npt.NDArray[np.int64]
@@ -78,93 +80,63 @@ _CJK_RANGES = (
 )
 
 
-@dataclass(frozen=True)
-class MinHashConfig:
-    """Everything that decides signatures and band hashes (and so which documents are duplicates).
+# -- the settings: band layout, fingerprint --------------------------------------------------------
+def layout(cfg: NearDedupConfig) -> tuple[int, int]:
+    """(bands, rows) of the LSH index: the configured ones, or the best for the threshold.
 
-    Defaults, and why: 128 permutations give a Jaccard estimate with standard error
-    ``sqrt(J(1-J)/128)`` (0.035 at J = 0.8) for 512 bytes per document, the usual sweet spot
-    (datatrove uses 112, datasketch and rensa 128). Word 5-grams are the common choice for web
-    text (Gopher, datatrove, the benchmark's ground truth) and far more selective than 3-grams on
-    boilerplate. ``threshold`` is the Jaccard above which two documents are near duplicates; the
-    band layout is chosen for it by :func:`choose_bands` unless ``bands`` and ``rows`` are given,
-    and with ``verify`` the candidates LSH finds are confirmed by their estimated Jaccard, which
-    removes most of the false positives banding lets through at a small cost.
+    Without ``bands`` and ``rows``, :func:`choose_bands` picks them, weighting misses
+    :data:`VERIFIED_FN_WEIGHT` when candidates are verified and 0.5 when they are not.
     """
+    if cfg.bands is not None and cfg.rows is not None:
+        return cfg.bands, cfg.rows
+    return choose_bands(
+        cfg.threshold, cfg.num_perm, fn_weight=VERIFIED_FN_WEIGHT if cfg.verify else 0.5
+    )
 
-    num_perm: int = 128
-    ngram: int = 5
-    seed: int = 1
-    unit: Unit = "auto"
-    threshold: float = 0.8
-    bands: int | None = None
-    rows: int | None = None
-    verify: bool = True
 
-    def __post_init__(self) -> None:
-        if not 16 <= self.num_perm <= 1024:
-            raise ValueError(f"num_perm = {self.num_perm}: must be between 16 and 1024")
-        if not 1 <= self.ngram <= 32:
-            raise ValueError(f"ngram = {self.ngram}: must be between 1 and 32")
-        if self.unit not in ("word", "char", "auto"):
-            raise ValueError(f"unit = {self.unit!r}: must be 'word', 'char' or 'auto'")
-        if not 0.0 < self.threshold < 1.0:
-            raise ValueError(f"threshold = {self.threshold}: must be between 0 and 1")
-        if not 0 <= self.seed < 2**63:
-            raise ValueError(f"seed = {self.seed}: must be between 0 and 2**63 - 1")
-        if (self.bands is None) != (self.rows is None):
-            raise ValueError("give both bands and rows, or neither (then the threshold picks them)")
-        if self.bands is not None and self.rows is not None:
-            if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.num_perm:
-                raise ValueError(
-                    f"bands x rows = {self.bands} x {self.rows} must be at least "
-                    f"1 x 1 and fit in num_perm = {self.num_perm}"
-                )
-            if self.bands > 255:
-                raise ValueError(f"bands = {self.bands}: at most 255 (stored as UTINYINT)")
+def fingerprint(cfg: NearDedupConfig) -> str:
+    """A short hash of everything that makes two signatures comparable.
 
-    @property
-    def layout(self) -> tuple[int, int]:
-        """(bands, rows) of the LSH index."""
-        if self.bands is not None and self.rows is not None:
-            return self.bands, self.rows
-        return choose_bands(
-            self.threshold, self.num_perm, fn_weight=VERIFIED_FN_WEIGHT if self.verify else 0.5
-        )
-
-    def fingerprint(self) -> str:
-        """A short hash of everything that makes two signatures comparable.
-
-        A lake stores it with its band index and refuses signatures with another fingerprint:
-        mixing them would silently miss every duplicate. ``threshold`` and ``verify`` only matter
-        through the band layout, so they are left out when bands and rows are the same.
-        """
-        bands, rows = self.layout
-        canon = json.dumps(
-            {
-                "algorithm": ALGORITHM_VERSION,
-                "unicode": unicodedata.unidata_version,
-                "num_perm": self.num_perm,
-                "ngram": self.ngram,
-                "seed": self.seed,
-                "unit": self.unit,
-                "bands": bands,
-                "rows": rows,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha256(canon.encode()).hexdigest()[:16]
-
-    def describe(self) -> dict[str, object]:
-        """The config with its resolved band layout, for logs, reports and ``dedup-stats``."""
-        bands, rows = self.layout
-        return {
-            **asdict(self),
+    A lake stores it with its band index and refuses signatures with another fingerprint: mixing
+    them would silently miss every duplicate. ``threshold`` and ``verify`` only matter through
+    the band layout, so they are left out when bands and rows are the same; ``enabled`` and
+    ``link`` do not change signatures at all. The canonical form must never change (existing
+    lakes would refuse their index): bump :data:`ALGORITHM_VERSION` instead when the math does.
+    """
+    bands, rows = layout(cfg)
+    canon = json.dumps(
+        {
+            "algorithm": ALGORITHM_VERSION,
+            "unicode": unicodedata.unidata_version,
+            "num_perm": cfg.num_perm,
+            "ngram": cfg.ngram,
+            "seed": cfg.seed,
+            "unit": cfg.unit,
             "bands": bands,
             "rows": rows,
-            "fingerprint": self.fingerprint(),
-            "s_curve_at_threshold": round(float(s_curve(self.threshold, bands, rows)), 4),
-        }
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def describe(cfg: NearDedupConfig) -> dict[str, object]:
+    """The config with its resolved band layout, for logs, reports and ``dedup-stats``."""
+    bands, rows = layout(cfg)
+    return {
+        "num_perm": cfg.num_perm,
+        "ngram": cfg.ngram,
+        "seed": cfg.seed,
+        "unit": cfg.unit,
+        "threshold": cfg.threshold,
+        "bands": bands,
+        "rows": rows,
+        "verify": cfg.verify,
+        "enabled": cfg.enabled,
+        "link": cfg.link,
+        "fingerprint": fingerprint(cfg),
+        "s_curve_at_threshold": round(float(s_curve(cfg.threshold, bands, rows)), 4),
+    }
 
 
 # -- the S-curve ----------------------------------------------------------------------------------
@@ -193,7 +165,7 @@ def choose_bands(
     that become candidates) plus the area above the curve right of it (pairs above it that are
     missed), weighted ``fp_weight`` and ``fn_weight`` (``fp_weight`` defaults to
     ``1 - fn_weight``). With verification a false positive only costs a comparison while a false
-    negative is a lost duplicate, so :class:`MinHashConfig` weights misses 0.95. Ties go to fewer
+    negative is a lost duplicate, so :func:`layout` weights misses 0.95 then. Ties go to fewer
     bands (a smaller index).
     """
     if not 0.0 < threshold < 1.0:
@@ -473,7 +445,7 @@ def signatures(shingles: U64, offsets: I64, num_perm: int, seed: int) -> U32:
     return sig
 
 
-def signatures_of_texts(texts: Sequence[str], cfg: MinHashConfig) -> U32:
+def signatures_of_texts(texts: Sequence[str], cfg: NearDedupConfig) -> U32:
     """Signatures (len(texts), num_perm) of raw texts: normalise, tokenise, shingle, permute."""
     sig = np.empty((len(texts), cfg.num_perm), dtype=np.uint32)
     for a, b in _slices(texts):

@@ -13,11 +13,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecurate.config import Config
-from lakecurate.errors import ConfigError
+from lakecurate.config import NearDedupConfig
+from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
-from lakecurate.steps.near.minhash import MinHashConfig
-from lakecurate.types import BANDS_COLUMN, SIGNATURE_COLUMN
 
 NEAR_DEDUP_REASONS = ("exact_dup", "duplicate_id", "near_dup")
 
@@ -36,23 +34,15 @@ def _list_array(
     return pa.ListArray.from_arrays(offsets, values, mask=mask)
 
 
-def chunk_signatures(texts: Sequence[str], cfg: MinHashConfig) -> tuple[pa.Array, pa.Array]:
+def chunk_signatures(texts: Sequence[str], cfg: NearDedupConfig) -> tuple[pa.Array, pa.Array]:
     """(signature, bands) list columns for ``texts``; both NULL for a text without tokens.
 
     This is what a worker computes for each kept document of its chunk; the driver only joins.
     """
     sig = minhash.signatures_of_texts(texts, cfg)
     valid = ~minhash.is_empty(sig)
-    bands = minhash.band_hashes(sig, *cfg.layout)
+    bands = minhash.band_hashes(sig, *minhash.layout(cfg))
     return (_list_array(sig, valid, pa.uint32()), _list_array(bands, valid, pa.uint64()))
-
-
-def minhash_config(cfg: Config) -> MinHashConfig:
-    """The MinHash settings of a pipeline config (ranges checked here, named in the error)."""
-    try:
-        return MinHashConfig(**cfg.near_dedup.minhash_params())
-    except ValueError as exc:
-        raise ConfigError(f"[near_dedup]: {exc}") from exc
 
 
 def near_dedup_candidates(rows: pa.Table) -> pa.Array:
@@ -61,7 +51,7 @@ def near_dedup_candidates(rows: pa.Table) -> pa.Array:
     return pc.or_(pc.is_null(reason), pc.is_in(reason, pa.array(NEAR_DEDUP_REASONS)))
 
 
-def add_signatures(rows: pa.Table, mh: MinHashConfig) -> pa.Table:
+def add_signatures(rows: pa.Table, cfg: NearDedupConfig) -> pa.Table:
     """Append the MinHash signature and band hashes of every candidate row (NULL elsewhere).
 
     The driver matches them against the lake's band index; they never reach the Delta table.
@@ -69,7 +59,7 @@ def add_signatures(rows: pa.Table, mh: MinHashConfig) -> pa.Table:
     candidate = near_dedup_candidates(rows).to_numpy(zero_copy_only=False)
     positions = np.flatnonzero(candidate)
     texts = rows["text"].take(pa.array(positions)).to_pylist()
-    sig, bands = chunk_signatures([t or "" for t in texts], mh)
+    sig, bands = chunk_signatures([t or "" for t in texts], cfg)
     full_sig = pa.array([None] * rows.num_rows, sig.type)
     full_bands = pa.array([None] * rows.num_rows, bands.type)
     if len(positions):
