@@ -167,9 +167,13 @@ class Lake:
             con.close()
 
     def status(self) -> LakeStatus:
-        """What `lakecurate status` shows, from the state tables only."""
+        """What `lakecurate status` shows, from the state tables; the table's log is opened
+        too (without Arrow), so a damaged lake says so here as in every other command."""
+        from lakecurate.lake.delta import DeltaStore
         from lakecurate.store.state import SNAPSHOT_TABLES
 
+        self._require_state()
+        DeltaStore(self.paths.documents).table()
         con = query.open_reader(
             self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES, views=False
         )

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from lakecurate.errors import InputError
 from lakecurate.ingest.digest import parquet_digest
+from lakecurate.lake.paths import LakePaths
 from lakecurate.types import ChunkSpec, Format
 
 _BLOCK = 8 * 1024 * 1024
@@ -73,9 +74,9 @@ def _bad_name(path: str) -> str | None:
 
 def is_lake(folder: str) -> bool:
     """A lakecurate lake, or a Delta table (a lake's ``documents/``, or anyone's)."""
+    lake = LakePaths(Path(folder))
     return os.path.isdir(os.path.join(folder, "_delta_log")) or (
-        os.path.isfile(os.path.join(folder, "state.duckdb"))
-        and os.path.isdir(os.path.join(folder, "documents"))
+        lake.state.is_file() and lake.documents.is_dir()
     )
 
 

@@ -15,21 +15,19 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as pds
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
 from lakecurate.lake.record import CHUNK_KEY, SEQ_KEY
-from lakecurate.schema import DOCUMENT_SCHEMA
+
+if TYPE_CHECKING:  # Arrow is imported where it is used: opening the table does not need it
+    import pyarrow as pa
+    import pyarrow.dataset as pds
 
 APP_ID = "lakecurate"
 PARTITION_BY = ["kept"]
@@ -119,6 +117,8 @@ class DeltaStore:
         With ``replace``, the same commit also removes the rows the chunk already has (a
         predicate overwrite): a re-decided chunk is never absent nor doubled.
         """
+        from lakecurate.schema import DOCUMENT_SCHEMA
+
         dt = self.table()
         target: Any = dt if dt is not None else str(self.path)
         started_ns = time.time_ns()
@@ -159,6 +159,8 @@ class DeltaStore:
         self, keys: Sequence[str], seq: int, metadata: dict[str, str]
     ) -> tuple[int, int]:
         """Remove every row of these chunks in one commit; returns (version, rows removed)."""
+        from lakecurate.schema import DOCUMENT_SCHEMA
+
         dt = self.table()
         if dt is None or not keys:
             return self.version(), 0
@@ -209,6 +211,11 @@ class DeltaStore:
         string then fails in pyarrow's statistics pruning ("no kernel matching (string,
         string_view)").
         """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from lakecurate.schema import DOCUMENT_SCHEMA
+
         ds = self.dataset()
         if ds is None or not keys:
             return DOCUMENT_SCHEMA.empty_table()
@@ -380,6 +387,8 @@ class DeltaStore:
     def live_files(self) -> list[dict[str, Any]]:
         """Each data file of the latest version: ``path`` (absolute), ``rel``, ``rows`` and
         the ``chunk_keys`` range its statistics give (first and last key)."""
+        import pyarrow as pa
+
         dt = self.table()
         if dt is None:
             return []
@@ -456,6 +465,8 @@ class DeltaStore:
 
     def files_at(self, version: int) -> dict[str, int]:
         """Data file -> rows of one version, from the log's add actions (file statistics)."""
+        import pyarrow as pa
+
         dt = open_table(self.path, version)
         actions = pa.table(dt.get_add_actions(flatten=True))
         return dict(
@@ -499,6 +510,10 @@ class DeltaStore:
         local tables without reader features (deletion vectors, column mapping), where the
         log's file list is the whole truth.
         """
+        import pyarrow as pa
+        import pyarrow.dataset as pds
+        import pyarrow.fs as pafs
+
         protocol = dt.protocol()
         if protocol.min_reader_version > 1 or protocol.reader_features or "://" in str(self.path):
             return None
@@ -663,6 +678,9 @@ class DeltaStore:
 
 def _parquet_damage(path: Path) -> str | None:
     """Why a Parquet file (a checkpoint) cannot be read whole, or None when it can."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         pq.read_table(path).validate(full=True)
     except (OSError, ValueError, pa.ArrowException) as exc:

@@ -15,6 +15,7 @@ lake's own data files) is refused, and so is any folder inside the lake.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -141,11 +142,13 @@ def _journal(out: Path, name: str) -> None:
 
 
 class _ShardWriter:
-    """Writes one shard to a temp file; ``close`` fsyncs, renames and checksums it."""
+    """Writes one shard to a temp file; ``close`` fsyncs, renames and checksums it (an export
+    cut off leaves the temp file, which the next export into the folder removes)."""
 
     def __init__(self, out: Path, index: int, fmt: str, schema: pa.Schema) -> None:
         self.final = out / f"part-{index:05d}.{fmt}"
-        self.tmp = out / f".{self.final.name}.tmp_{os.getpid()}"
+        self._publish = contextlib.ExitStack()
+        self.tmp = self._publish.enter_context(atomic.replacing(self.final, hidden=True))
         self.fmt = fmt
         self.rows = 0
         self.raw_bytes = 0.0
@@ -180,10 +183,8 @@ class _ShardWriter:
             self._pq.close()
         if self._gz is not None:
             self._gz.close()
-        self._file.flush()
-        os.fsync(self._file.fileno())
         self._file.close()
-        os.replace(self.tmp, self.final)
+        self._publish.close()  # fsync, rename, fsync the folder
         faults.hit("export_shard", self.final.name)  # tests: an export killed midway
         return ShardFile(
             self.final.name, sha256_of(self.final), self.rows, self.final.stat().st_size

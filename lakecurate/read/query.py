@@ -34,6 +34,7 @@ from lakecurate.errors import (
     one_line,
 )
 from lakecurate.lake.lock import reading
+from lakecurate.lake.paths import LakePaths
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,18 +205,13 @@ def _state_source(state_path: Path) -> Iterator[tuple[Path, bool]]:
     meanwhile waits for it, milliseconds); while a writer holds the lake, the snapshot it
     publishes (renamed into place, never written in place: reading it blocks nobody).
     """
-    if not state_path.exists():
-        raise LakeError(
-            f"no lake at {state_path.parent} (no state.duckdb): run "
-            "`lakecurate ingest` first, or pass --lake"
-        )
-    with reading(state_path.with_name("lock")) as free:
+    paths = LakePaths(state_path.parent)
+    paths.require_state("read")
+    with reading(paths.lock) as free:
         if free:
             yield state_path, False
             return
-        from lakecurate.lake.paths import SNAPSHOT_NAME
-
-        snapshot = state_path.with_name(SNAPSHOT_NAME)
+        snapshot = paths.snapshot
         if not snapshot.exists():
             raise LakeError(
                 f"{state_path.parent} is held by a running writer that has not "

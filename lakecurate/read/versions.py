@@ -20,6 +20,7 @@ from typing import Any
 from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.paths import LakePaths
 from lakecurate.read import export, query, report
 from lakecurate.store.state import SNAPSHOT_TABLES
 
@@ -94,11 +95,7 @@ class LakeVersion:
     ) -> LakeVersion:
         """Resolve ``version`` / ``as_of`` now, so every later call reads the same version
         (with neither, the latest; while a writer runs, the one its state snapshot names)."""
-        if not state.exists():
-            raise LakeError(
-                f"no lake at {state.parent} (no state.duckdb): run "
-                "`lakecurate ingest` first, or pass --lake"
-            )
+        LakePaths(state.parent).require_state("read")
         return cls(state, documents, query.reader_version(state, documents, version, as_of))
 
     @property

@@ -73,7 +73,9 @@ POINTS = [
     "before_delta_commit:kill:web_a_00001",  # intent recorded, Delta not yet written
     "after_delta_commit:kill:web_a_00002",  # between the Delta commit and the state update
     "during_state_update:kill:web_a_00004",  # inside the state transaction
-    "after_delta_commit:kill:forum",  # a later file, after several commits
+    pytest.param(  # a later file, after several commits (the same point as web_a_00002)
+        "after_delta_commit:kill:forum", marks=pytest.mark.slow
+    ),
 ]
 
 
@@ -204,7 +206,14 @@ def _damage_staged(path: Path, how: str) -> None:
             )
 
 
-@pytest.mark.parametrize("how", ["truncated", "bit-flipped", "rewritten"])
+@pytest.mark.parametrize(  # the default run keeps "bit-flipped"; `-m slow` runs the others
+    "how",
+    [
+        pytest.param("truncated", marks=pytest.mark.slow),
+        "bit-flipped",
+        pytest.param("rewritten", marks=pytest.mark.slow),
+    ],
+)
 def test_damaged_staged_file_is_redone_not_committed(
     how: str,
     corpus: Path,

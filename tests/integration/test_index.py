@@ -62,7 +62,15 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
     state.close()
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "foreign", "delete"])
+@pytest.mark.parametrize(  # the default run keeps "flip"; `-m slow` runs the other damages
+    "damage",
+    [
+        pytest.param("truncate", marks=pytest.mark.slow),
+        "flip",
+        pytest.param("foreign", marks=pytest.mark.slow),
+        pytest.param("delete", marks=pytest.mark.slow),
+    ],
+)
 def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
     damage: str, corpus: Path, config_file: Path, tmp_path: Path
 ) -> None:

@@ -42,7 +42,11 @@ def _run(tmp_path: Path, **settings: object) -> None:
 # Seed 72: exact dedup only; 17: near dedup (link "any"); 43: near dedup (link "kept"). Chosen
 # (the steps depend on the seed alone, so this was checked without running them) because each
 # of their walks has every step kind, a kill, and a restore or a deleted state before an ingest.
-@pytest.mark.parametrize("seed", [72, 17, 43])
+# The default run keeps 43 (near dedup and re-decisions, 25 s); `-m slow` runs the other two.
+@pytest.mark.parametrize(
+    "seed",
+    [pytest.param(72, marks=pytest.mark.slow), pytest.param(17, marks=pytest.mark.slow), 43],
+)
 def test_changing_inputs_match_a_clean_run(tmp_path: Path, seed: int) -> None:
     _run(
         tmp_path,
