@@ -60,7 +60,7 @@ REPO = HERE.parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "chaos.json"
 sys.path.insert(0, str(REPO / "tests"))  # the shared invariants live in tests/helpers.py
 
-from helpers import cli_env, lake_problems, lake_rows, load_generator  # noqa: E402
+from helpers import cli_env, lake_problems, lake_rows, lakecurate_cmd, load_generator  # noqa: E402
 
 CONFIG = """\
 [ingest]
@@ -74,19 +74,9 @@ exact = true
 
 
 def ingest_command(corpus: Path, lake: Path, config: Path, workers: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(config),
-        "--workers",
-        str(workers),
-    ]
+    return lakecurate_cmd(
+        "ingest", corpus, "--lake", lake, "--config", config, "--workers", workers
+    )
 
 
 def _group_alive(pgid: int) -> bool:

@@ -4,12 +4,11 @@ real process (the crash tests kill it with SIGKILL)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL_CONFIG, cli_env, lake_rows, load_generator
+from helpers import SMALL_CONFIG, lake_rows, load_generator, run_lakecurate
 
 
 @pytest.fixture(scope="session")
@@ -51,20 +50,6 @@ def config_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run ``python -m lakecurate ARGS`` as a real process; returns the completed process."""
-
-    def run(
-        *args: str | Path, env: dict[str, str] | None = None, timeout: float = 300
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "lakecurate", *map(str, args)],
-            check=False,
-            capture_output=True,
-            text=True,
-            env=cli_env(env),
-            timeout=timeout,
-            start_new_session=True,
-            cwd=ROOT,
-        )
-
-    return run
+    """Run ``python -m lakecurate ARGS`` as a real process; returns the completed process
+    (``helpers.run_lakecurate``)."""
+    return run_lakecurate

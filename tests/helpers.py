@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakecurate import Lake
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakecurate.store.band_index import NearDedupIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,11 +51,53 @@ def load_generator():  # type: ignore[no-untyped-def]
     return mod
 
 
+def lakecurate_cmd(*args: object) -> list[str]:
+    """The command line of ``python -m lakecurate ARGS`` (paths and numbers as text)."""
+    return [sys.executable, "-m", "lakecurate", *map(str, args)]
+
+
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKECURATE_")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra or {})
     return env
+
+
+def run_lakecurate(
+    *args: object,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: Path = ROOT,
+    new_session: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m lakecurate ARGS`` as a real process with ``cli_env(env)`` and wait for it;
+    its output captured as text. In a session of its own unless ``new_session=False``: a ``kill``
+    fault SIGKILLs its whole process group, which must not be pytest's. (The ``run_cli``
+    fixture.)"""
+    return subprocess.run(
+        lakecurate_cmd(*args),
+        check=False,
+        capture_output=True,
+        text=True,
+        env=cli_env(env),
+        timeout=timeout,
+        start_new_session=new_session,
+        cwd=cwd,
+    )
+
+
+def start_lakecurate(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``run_lakecurate`` without waiting: stdout and stderr are pipes (text) to read with
+    ``communicate``."""
+    return subprocess.Popen(
+        lakecurate_cmd(*args),
+        cwd=ROOT,
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def lake_rows(lake: Path) -> list[tuple[object, ...]]:
@@ -161,6 +211,47 @@ def near_decisions(lake: Path) -> list[tuple[object, ...]]:
         )
         .rows
     )
+
+
+def match_in_chunks(
+    idx: NearDedupIndex,
+    corpus: tuple[list[str], pa.Array, pa.Array],
+    sizes: list[int],
+    shuffle: int | None = None,
+) -> list[tuple[int, int | None, str | None]]:
+    """Match and add ``corpus`` (texts, signatures, band hashes) to ``idx`` in chunks of
+    ``sizes`` documents, each chunk's rows shuffled (seed ``shuffle`` + ordinal) when
+    ``shuffle`` is given; (doc_seq, cluster_id, dup_of) of every document, chunk by chunk
+    (``as_global`` turns them into corpus positions)."""
+    import numpy as np
+
+    from lakecurate.store import band_index
+
+    texts, sig, bands = corpus
+    out: list[tuple[int, int | None, str | None]] = []
+    start = 0
+    for ordinal, size in enumerate(sizes):
+        rows = np.arange(start, min(start + size, len(texts)))
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
+            [f"d{i}" for i in rows],
+            sig.take(rows),
+            bands.take(rows),
+        )
+        if shuffle is not None:
+            table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
+        result = idx.match_chunk(table)
+        idx.add_chunk(table, result)
+        out.extend(
+            zip(
+                result["doc_seq"].to_pylist(),
+                result["cluster_id"].to_pylist(),
+                result["dup_of"].to_pylist(),
+                strict=True,
+            )
+        )
+        start += size
+    return out
 
 
 def as_global(

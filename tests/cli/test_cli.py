@@ -15,7 +15,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from types import ModuleType
 import click
 import pytest
 from click.testing import CliRunner
-from helpers import ROOT, SMALL_CONFIG, cli_env
+from helpers import ROOT, SMALL_CONFIG, run_lakecurate
 
 from lakecurate import Lake, __version__
 from lakecurate.cli import main
@@ -35,20 +34,6 @@ SUMMARY = re.compile(
     r"ingested (\d+) chunk\(s\) of (\d+) file\(s\): ([\d,]+) documents in, "
     r"([\d,]+) kept, ([\d,]+) dropped"
 )
-
-
-def _cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """Same as the ``run_cli`` fixture, for the module-scoped lake below."""
-    return subprocess.run(
-        [sys.executable, "-m", "lakecurate", *map(str, args)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        timeout=300,
-        start_new_session=True,
-        cwd=ROOT,
-    )
 
 
 def _int(s: str) -> int:
@@ -72,11 +57,11 @@ def lake(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Ingested:
     cfg = base / "lakecurate.toml"
     cfg.write_text(SMALL_CONFIG, encoding="utf-8")
     path = base / "lake"
-    first = _cli("ingest", corpus, "--lake", path, "--config", cfg)
+    first = run_lakecurate("ingest", corpus, "--lake", path, "--config", cfg)
     assert first.returncode == 0, first.stderr
     m = SUMMARY.search(first.stdout)
     assert m, f"no summary line in {first.stdout!r}"
-    second = _cli("ingest", corpus, "--lake", path, "--config", cfg)
+    second = run_lakecurate("ingest", corpus, "--lake", path, "--config", cfg)
     return Ingested(
         path,
         first,
@@ -522,16 +507,7 @@ def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Pat
 def _sql_in(cwd: Path, lake: Path, statement: str) -> subprocess.CompletedProcess[str]:
     """`lakecurate sql` run from ``cwd`` (which has a ``.tmp`` folder: DuckDB's temp
     directory, the one place external access left writable)."""
-    return subprocess.run(
-        [sys.executable, "-m", "lakecurate", "sql", statement, "--lake", str(lake)],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        timeout=120,
-        start_new_session=True,
-        cwd=cwd,
-    )
+    return run_lakecurate("sql", statement, "--lake", lake, timeout=120, cwd=cwd)
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,10 @@ import json
 import os
 import random
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, cli_env
+from helpers import run_lakecurate
 
 from lakecurate import Lake
 from lakecurate.errors import InputError
@@ -234,35 +232,14 @@ def test_band_index_survives_a_crash_finalised_by_compact(tmp_path: Path) -> Non
     records = _random_texts(10, seed=7)
     _write(root / "a.jsonl", records)
     lake_dir = tmp_path / "lake"
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(root),
-        "--lake",
-        str(lake_dir),
-        "--config",
-        str(cfg),
-    ]
-    killed = subprocess.run(
-        cmd,
-        env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:kill"}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-        check=False,
-    )
+    args = ("ingest", root, "--lake", lake_dir, "--config", cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": "after_delta_commit:kill"})
     assert killed.returncode != 0
     Lake.open(lake_dir).compact()
     near_copy = dict(records[3], id="copy", text=records[3]["text"] + " extra")
     _write(root / "b.jsonl", [near_copy])
     env = {k: v for k, v in os.environ.items() if k != "LAKECURATE_FAULT"}
-    done = subprocess.run(
-        cmd, env=cli_env() | env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
-    )
+    done = run_lakecurate(*args, env=env, new_session=False)
     assert done.returncode == 0, done.stderr
     lake = Lake.open(lake_dir)
     assert lake.sql("SELECT reason, dup_of FROM documents WHERE id = 'copy'").rows == [

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, cli_env
+from helpers import ROOT, cli_env, start_lakecurate
 
 from lakecurate import Lake
 from lakecurate.lake.lock import LakeLock
@@ -25,28 +25,8 @@ def test_readers_and_a_second_writer_during_an_ingest(
     corpus: Path, config_file: Path, tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]
     lake = tmp_path / "lake"
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(config_file),
-        "--workers",
-        "2",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:sleep"}),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    args = ("ingest", corpus, "--lake", lake, "--config", config_file, "--workers", "2")
+    proc = start_lakecurate(*args, env={"LAKECURATE_FAULT": "after_delta_commit:sleep"})
     try:
         deadline = time.monotonic() + 60
         while not (lake / "state.snapshot.duckdb").exists() and time.monotonic() < deadline:

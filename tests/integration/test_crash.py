@@ -7,32 +7,19 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from helpers import ROOT, cli_env, lake_rows
+from helpers import ROOT, cli_env, lake_rows, lakecurate_cmd, run_lakecurate
 
 from lakecurate import Lake
 
 
-def ingest_cmd(corpus: Path, lake: Path, small_cfg: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(small_cfg),
-        "--workers",
-        "2",
-    ]
+def ingest_args(corpus: Path, lake: Path, small_cfg: Path) -> tuple[object, ...]:
+    return ("ingest", corpus, "--lake", lake, "--config", small_cfg, "--workers", "2")
 
 
 def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignore[type-arg]
@@ -88,28 +75,10 @@ def test_kill_at_point_then_rerun(
     tmp_path: Path,
 ) -> None:
     lake = tmp_path / "lake"
-    cmd = ingest_cmd(corpus, lake, small_cfg)
-    killed = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env({"LAKECURATE_FAULT": point}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    args = ingest_args(corpus, lake, small_cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    done = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    done = run_lakecurate(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_consistent(lake, small_reference)
     # the interrupted run is on record as killed; the re-run as OK
@@ -128,11 +97,11 @@ def test_random_kills_until_done(
     """SIGKILL the whole ingest at random moments, resuming each time with the same command."""
     rng = random.Random(20261202)
     lake = tmp_path / "lake"
-    cmd = ingest_cmd(corpus, lake, small_cfg)
+    args = ingest_args(corpus, lake, small_cfg)
     kills = 0
     for _ in range(12):
-        proc = subprocess.Popen(
-            cmd,
+        proc = subprocess.Popen(  # bytes: killed at random, its output may end mid-character
+            lakecurate_cmd(*args),
             env=cli_env(),
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -147,27 +116,9 @@ def test_random_kills_until_done(
         if proc.returncode == 0:
             break
     else:
-        done = subprocess.run(
-            cmd,
-            check=False,
-            env=cli_env(),
-            cwd=ROOT,
-            capture_output=True,
-            start_new_session=True,
-            timeout=300,
-        )
-        assert done.returncode == 0
+        assert run_lakecurate(*args).returncode == 0
     assert kills >= 1
-    final = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    final = run_lakecurate(*args)
     assert "nothing to do" in final.stdout
     assert_consistent(lake, small_reference)
 
@@ -224,33 +175,14 @@ def test_damaged_staged_file_is_redone_not_committed(
     """D20: a staged file damaged between the kill and the resume fails its checksum, is deleted
     and its chunk is processed again; the lake equals an uninterrupted run's."""
     lake = tmp_path / "lake"
-    cmd = ingest_cmd(corpus, lake, small_cfg)
-    fault = {"LAKECURATE_FAULT": "before_delta_commit:kill:web_a_00001"}
-    killed = subprocess.run(
-        cmd,
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=cli_env(fault),
-        start_new_session=True,
-        timeout=300,
-    )
+    args = ingest_args(corpus, lake, small_cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": "before_delta_commit:kill:web_a_00001"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = sorted((lake / "staging").glob("*.parquet"))
     assert staged, "the kill left no staged file to damage"
     for path in staged:
         _damage_staged(path, how)
-    done = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    done = run_lakecurate(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert_consistent(lake, small_reference)
     # lake_rows leaves the text out: every text must still be the one its hash was made from

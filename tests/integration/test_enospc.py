@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-from helpers import ROOT, assert_lake_consistent, cli_env
+from helpers import assert_lake_consistent, run_lakecurate
 
 from lakecurate.ingest.staging import read_staged_result
 
@@ -39,29 +39,20 @@ NO_SPACE = "no space left on device"
 def _ingest(
     corpus: Path, lake: Path, small_cfg: Path, fault: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(small_cfg),
-        "--workers",
-        "2",
-    ]
-    return subprocess.run(
-        cmd,
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
-        start_new_session=True,
-        timeout=300,
-    )
+    args = ("ingest", corpus, "--lake", lake, "--config", small_cfg, "--workers", "2")
+    return run_lakecurate(*args, env={"LAKECURATE_FAULT": fault} if fault else None)
+
+
+def _rerun_gives_the_clean_lake(
+    corpus: Path,
+    lake: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+) -> None:
+    """Once space is freed, a plain re-run succeeds and the lake is a clean run's."""
+    again = _ingest(corpus, lake, small_cfg)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_lake_consistent(lake, small_reference)
 
 
 Mount = Callable[[Path, str], None]
@@ -178,9 +169,7 @@ def test_documents_volume_full_then_freed(
     _documents_full(corpus, small_cfg, lake, tmpfs)
     assert_nothing_partial_visible(lake)
     _grow(lake / "documents")
-    again = _ingest(corpus, lake, small_cfg)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, small_reference)
+    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 
 
 def test_documents_volume_full_message(
@@ -213,9 +202,7 @@ def test_staging_volume_full_then_freed(
     assert_nothing_partial_visible(lake)
     assert_one_clear_line(done)
     _grow(lake / "staging")
-    again = _ingest(corpus, lake, small_cfg)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, small_reference)
+    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 
 
 def _lake_volume_full(
@@ -241,9 +228,7 @@ def test_lake_volume_full_then_freed(
     lake = ballast.parent / "lake"
     assert_nothing_partial_visible(lake)
     ballast.unlink()
-    again = _ingest(corpus, lake, small_cfg)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, small_reference)
+    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 
 
 def test_lake_volume_full_message(
@@ -283,9 +268,7 @@ def test_injected_enospc_then_freed(
     done = _ingest(corpus, lake, small_cfg, fault)
     assert done.returncode != 0 and NO_SPACE in (done.stdout + done.stderr).lower()
     assert_nothing_partial_visible(lake)
-    again = _ingest(corpus, lake, small_cfg)
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert_lake_consistent(lake, small_reference)
+    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 
 
 def test_first_full_disk_error_is_the_one_reported(

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import ROOT, cli_env
+from helpers import ROOT, cli_env, lakecurate_cmd, run_lakecurate, start_lakecurate
 
 from lakecurate import Lake
 
@@ -365,29 +365,9 @@ def _wrap_shared(out: Path) -> None:
 def _run(folder: Path, lake: Path, config: str) -> subprocess.CompletedProcess[str]:
     cfg = folder.parent / f"{lake.name}.toml"
     cfg.write_text(config, encoding="utf-8")
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(folder),
-        str(folder / "gen" / "sub" / ".." / "sub"),
-        "--lake",
-        str(lake),
-        "--config",
-        str(cfg),
-        "--workers",
-        "2",
-    ]
-    return subprocess.run(
-        cmd,
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env(),
-        start_new_session=True,
-        timeout=600,
+    inputs = (folder, folder / "gen" / "sub" / ".." / "sub")
+    return run_lakecurate(
+        "ingest", *inputs, "--lake", lake, "--config", cfg, "--workers", "2", timeout=600
     )
 
 
@@ -732,26 +712,8 @@ def test_a_200_mb_line_is_ingested_with_bounded_memory(tmp_path: Path) -> None:
         f.write(b'"}\n' + _ok("a small document after") + b"\n")
     cfg = tmp_path / "lakecurate.toml"
     cfg.write_text('[ingest]\nchunk_size = "64KiB"\n', encoding="utf-8")
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(path),
-        "--lake",
-        str(tmp_path / "lake"),
-        "--config",
-        str(cfg),
-        "--workers",
-        "2",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    proc = start_lakecurate(
+        "ingest", path, "--lake", tmp_path / "lake", "--config", cfg, "--workers", "2"
     )
     peak_total, peak_each = 0, 0
     while proc.poll() is None:
@@ -813,23 +775,8 @@ def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path, 
         encoding="utf-8",
     )
     lake = tmp_path / "lake"
-    cmd = [
-        sys.executable,
-        "-c",
-        _PEAK_RSS,
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(bomb),
-        str(fine),
-        "--lake",
-        str(lake),
-        "--config",
-        str(cfg),
-        "--workers",
-        "2",
-    ]
+    ingest = lakecurate_cmd("ingest", bomb, fine, "--lake", lake, "--config", cfg, "--workers", "2")
+    cmd = [sys.executable, "-c", _PEAK_RSS, *ingest]
     done = subprocess.run(
         cmd, check=False, capture_output=True, text=True, cwd=ROOT, env=cli_env(), timeout=600
     )

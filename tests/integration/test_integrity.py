@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import ROOT, cli_env, lake_rows
+from helpers import cli_env, lake_rows, start_lakecurate
 
 from lakecurate import Lake
 
@@ -101,27 +101,8 @@ def test_repair_during_an_ingest_whose_lock_file_was_deleted(
     state is busy, verify moves nothing, and the ingest finishes as if nothing happened."""
     lake = tmp_path / "lake"
     slow = {"LAKECURATE_FAULT": "worker:sleep,after_delta_commit:sleep"}
-    ingest = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lakecurate",
-            "ingest",
-            str(corpus),
-            "--lake",
-            str(lake),
-            "--config",
-            str(small_cfg),
-            "--workers",
-            "2",
-        ],
-        cwd=ROOT,
-        env=cli_env(slow),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    args = ("ingest", corpus, "--lake", lake, "--config", small_cfg, "--workers", "2")
+    ingest = start_lakecurate(*args, env=slow)
     try:
         deadline = time.monotonic() + 120
         while not (lake / LOG).is_dir():  # a first commit: the state is open for writing

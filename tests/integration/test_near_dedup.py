@@ -4,12 +4,10 @@ incremental ingests (adding a crawl later gives the same lake as ingesting it al
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
+from helpers import NEAR_CONFIG, near_decisions, run_lakecurate
 
 from lakecurate import Lake
 
@@ -68,37 +66,10 @@ def test_interrupted_and_resumed_equals_clean(
     point: str, reference: Path, corpus: Path, near_cfg: Path, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(near_cfg),
-    ]
-    killed = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env({"LAKECURATE_FAULT": point}),
-        cwd=ROOT,
-        capture_output=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    args = ("ingest", corpus, "--lake", lake, "--config", near_cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
     assert killed.returncode == -signal.SIGKILL
-    done = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    done = run_lakecurate(*args)
     assert done.returncode == 0, done.stderr
     assert near_decisions(lake) == near_decisions(reference)
     lk = Lake.open(lake)

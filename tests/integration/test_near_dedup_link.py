@@ -5,13 +5,11 @@ that keeps the rule it was built with."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import NEAR_CONFIG, ROOT, cli_env, near_decisions
+from helpers import NEAR_CONFIG, near_decisions, run_lakecurate
 
 from lakecurate import Lake
 from lakecurate.config import NearDedupConfig
@@ -74,38 +72,10 @@ def test_interrupted_and_resumed_equals_clean(
     reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
 ) -> None:
     lake = tmp_path / "lake"
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(kept_cfg),
-    ]
-    env = cli_env({"LAKECURATE_FAULT": "during_state_update:kill:web_a_00004"})
-    killed = subprocess.run(
-        cmd,
-        check=False,
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    args = ("ingest", corpus, "--lake", lake, "--config", kept_cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": "during_state_update:kill:web_a_00004"})
     assert killed.returncode == -signal.SIGKILL
-    done = subprocess.run(
-        cmd,
-        check=False,
-        env=cli_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-    )
+    done = run_lakecurate(*args)
     assert done.returncode == 0, done.stderr
     assert near_decisions(lake) == near_decisions(reference)
 

@@ -6,11 +6,10 @@ the broken pool are not charged an attempt."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, SMALL_CONFIG, assert_lake_consistent, cli_env, lake_rows
+from helpers import SMALL_CONFIG, assert_lake_consistent, lake_rows, run_lakecurate
 
 from lakecurate import Lake
 
@@ -35,28 +34,9 @@ def _victim(lake: Path) -> str:
 def _ingest(
     corpus: Path, lake: Path, cfg: Path, fault: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "lakecurate",
-        "ingest",
-        str(corpus),
-        "--lake",
-        str(lake),
-        "--config",
-        str(cfg),
-        "--workers",
-        "2",
-    ]
-    return subprocess.run(
-        cmd,
-        check=False,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=cli_env({"LAKECURATE_FAULT": fault} if fault else None),
-        start_new_session=True,
-        timeout=timeout,
+    args = ("ingest", corpus, "--lake", lake, "--config", cfg, "--workers", "2")
+    return run_lakecurate(
+        *args, env={"LAKECURATE_FAULT": fault} if fault else None, timeout=timeout
     )
 
 

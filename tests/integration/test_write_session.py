@@ -4,12 +4,10 @@ commit the same way, near-dedup bands included, and `verify` holds the band inde
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
-from helpers import NEAR_CONFIG, PROSE, ROOT, cli_env
+from helpers import NEAR_CONFIG, PROSE, run_lakecurate
 
 from lakecurate import Lake
 
@@ -66,26 +64,8 @@ def _edit_state(lake: Path, sql: str) -> None:
 
 def test_compact_after_a_crash_finalises_the_commit_with_its_bands(tmp_path: Path) -> None:
     data, cfg, lake = _corpus(tmp_path / "in"), _config(tmp_path), tmp_path / "lake"
-    killed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "lakecurate",
-            "ingest",
-            str(data),
-            "--lake",
-            str(lake),
-            "--config",
-            str(cfg),
-        ],
-        env=cli_env({"LAKECURATE_FAULT": "after_delta_commit:kill:part1"}),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=300,
-        check=False,
-    )
+    fault = {"LAKECURATE_FAULT": "after_delta_commit:kill:part1"}
+    killed = run_lakecurate("ingest", data, "--lake", lake, "--config", cfg, env=fault)
     assert killed.returncode != 0
     Lake.open(lake).compact()  # finalises the commit of part1 (COMMITTING -> SUCCESS)
     assert _unindexed(lake) == []  # ...with its bands: before, only the next ingest added them

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import as_global
+from helpers import as_global, match_in_chunks
 
 from lakecurate import engine
 from lakecurate.config import NearDedupConfig
@@ -66,40 +66,6 @@ def index() -> Iterator[band_index.NearDedupIndex]:
     con.close()
 
 
-def run(
-    idx: band_index.NearDedupIndex,
-    corpus: tuple[list[str], pa.Array, pa.Array],
-    sizes: list[int],
-    shuffle: int | None = None,
-) -> list[tuple[int, int | None, str | None]]:
-    texts, sig, bands = corpus
-    out: list[tuple[int, int | None, str | None]] = []
-    start = 0
-    for ordinal, size in enumerate(sizes):
-        rows = np.arange(start, min(start + size, len(texts)))
-        table = band_index.chunk_table(
-            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
-            [f"d{i}" for i in rows],
-            sig.take(rows),
-            bands.take(rows),
-        )
-        if shuffle is not None:
-            perm = np.random.default_rng(shuffle + ordinal).permutation(table.num_rows)
-            table = table.take(perm)
-        result = idx.match_chunk(table)
-        idx.add_chunk(table, result)
-        out.extend(
-            zip(
-                result["doc_seq"].to_pylist(),
-                result["cluster_id"].to_pylist(),
-                result["dup_of"].to_pylist(),
-                strict=True,
-            )
-        )
-        start += size
-    return out
-
-
 def reference(
     corpus: tuple[list[str], pa.Array, pa.Array],
 ) -> list[tuple[int, int | None, str | None]]:
@@ -131,7 +97,7 @@ def reference(
 
 def test_batch_matches_the_reference(index: band_index.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
     n = len(corpus[0])
-    got = as_global(run(index, corpus, [n]), [n])
+    got = as_global(match_in_chunks(index, corpus, [n]), [n])
     assert got == reference(corpus)
     clusters = {c for _, c, d in got if d is not None}
     assert len(clusters) >= 15  # the corpus really has near duplicates
@@ -149,7 +115,7 @@ def test_incremental_equals_batch(corpus, sizes: list[int]) -> None:  # type: ig
         con = engine.connect(threads=1)
         idx = band_index.NearDedupIndex(con, CFG)
         idx.create_schema()
-        results.append(as_global(run(idx, corpus, chunking), chunking))
+        results.append(as_global(match_in_chunks(idx, corpus, chunking), chunking))
         con.close()
     assert results[0] == results[1]
 
@@ -161,7 +127,7 @@ def test_row_order_inside_a_chunk_does_not_matter(corpus) -> None:  # type: igno
         con = engine.connect(threads=2)
         idx = band_index.NearDedupIndex(con, CFG)
         idx.create_schema()
-        results.append(run(idx, corpus, [60, n], shuffle=shuffle))
+        results.append(match_in_chunks(idx, corpus, [60, n], shuffle=shuffle))
         con.close()
     assert results[0] == results[1] == results[2]
 
@@ -217,7 +183,7 @@ def test_changed_settings_are_refused(index: band_index.NearDedupIndex) -> None:
 
 
 def test_stats(index: band_index.NearDedupIndex, corpus) -> None:  # type: ignore[no-untyped-def]
-    run(index, corpus, [len(corpus[0])])
+    match_in_chunks(index, corpus, [len(corpus[0])])
     sizes = index.con.execute(engine.q("dedup.cluster_sizes")).fetchall()
     assert sum(size * count for size, count in sizes) == int(
         pa.compute.sum(pa.compute.is_valid(corpus[2])).as_py()

@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import as_global
+from helpers import as_global, match_in_chunks
 
 from lakecurate import engine
 from lakecurate.config import NearDedupConfig
@@ -90,30 +90,7 @@ def run(
     shuffle: int | None = None,
 ) -> list[Row]:
     """Match and add the corpus chunk by chunk; rows as (position, cluster position, dup_of)."""
-    texts, sig, bands = corpus
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    out: list[Row] = []
-    for ordinal, (start, size) in enumerate(zip(starts.tolist(), sizes, strict=True)):
-        rows = np.arange(start, min(start + size, len(texts)))
-        table = band_index.chunk_table(
-            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
-            [f"d{i}" for i in rows],
-            sig.take(rows),
-            bands.take(rows),
-        )
-        if shuffle is not None:
-            table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
-        result = idx.match_chunk(table)
-        idx.add_chunk(table, result)
-        out.extend(
-            zip(
-                result["doc_seq"].to_pylist(),
-                result["cluster_id"].to_pylist(),
-                result["dup_of"].to_pylist(),
-                strict=True,
-            )
-        )
-    return as_global(out, sizes)
+    return as_global(match_in_chunks(idx, corpus, sizes, shuffle), sizes)
 
 
 def chunking(n: int, sizes: list[int]) -> list[int]:

@@ -25,10 +25,10 @@ HEAVY = ("duckdb", "deltalake", "pyarrow", "numpy")
 PRINT_MODULES = "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
 
 
-def _modules_after(code: str) -> list[str]:
-    """The modules a fresh interpreter has imported after running ``code``."""
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c CODE`` in a fresh interpreter, which must succeed."""
     proc = subprocess.run(
-        [sys.executable, "-c", code + PRINT_MODULES],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env=cli_env(),
@@ -37,7 +37,12 @@ def _modules_after(code: str) -> list[str]:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    return list(json.loads(proc.stdout.splitlines()[-1]))
+    return proc
+
+
+def _modules_after(code: str) -> list[str]:
+    """The modules a fresh interpreter has imported after running ``code``."""
+    return list(json.loads(_python(code + PRINT_MODULES).stdout.splitlines()[-1]))
 
 
 def _heavy(modules: list[str]) -> list[str]:
@@ -97,16 +102,7 @@ for args in {cases!r}:
     heavy[" ".join(args)] = sorted({{m.split(".")[0] for m in sys.modules}} & {set(HEAVY)!r})
 print(json.dumps(heavy), file=sys.stderr)
 """
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=cli_env(),
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = _python(code)
     assert "Usage: lakecurate status" in proc.stdout  # the help was really rendered
     heavy = json.loads(proc.stderr.splitlines()[-1])
     assert len(heavy) == len(cases)
