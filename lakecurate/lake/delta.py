@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
@@ -114,22 +115,23 @@ class DeltaStore:
     ) -> int:
         """Append one chunk's rows as one transactional commit; returns the new version.
 
-        With ``replace``, the same commit also removes the rows the chunk already has (a
+        The rows are written as data files first (``lake.files``), then one commit names
+        them. With ``replace``, the same commit also removes the rows the chunk already has (a
         predicate overwrite): a re-decided chunk is never absent nor doubled.
         """
+        from lakecurate.lake.files import write_data_files
         from lakecurate.schema import DOCUMENT_SCHEMA
 
         dt = self.table()
-        target: Any = dt if dt is not None else str(self.path)
         started_ns = time.time_ns()
         try:
             key = metadata.get(CHUNK_KEY, "")
             faults.hit("delta_write", key)  # tests: ENOSPC
             data, props = rows.cast(DOCUMENT_SCHEMA), self._props(seq, metadata)
-            if replace:  # the chunk's rows swapped for these, in one commit
+            if replace and dt is not None:  # the chunk's rows swapped for these, in one commit
                 predicate = "chunk_key = '" + key.replace("'", "''") + "'"
                 write_deltalake(
-                    target,
+                    dt,
                     data,
                     mode="overwrite",
                     predicate=predicate,
@@ -137,9 +139,9 @@ class DeltaStore:
                     commit_properties=props,
                 )
             else:
-                write_deltalake(
-                    target, data, mode="append", partition_by=PARTITION_BY, commit_properties=props
-                )
+                (partition,) = PARTITION_BY
+                files = write_data_files(self.path, data, partition, f"part-{seq:08d}")
+                self._commit_files(dt, files, seq, metadata)
         except (DeltaError, OSError) as exc:
             self._dt = None  # re-read the log: did the commit land before the error?
             if self.watermark() < seq:  # no: its data files are garbage, remove them now
@@ -154,6 +156,47 @@ class DeltaStore:
         if dt is None:
             self._dt = None  # the first commit created the table; open it next time
         return self.version()
+
+    def _commit_files(
+        self, dt: DeltaTable | None, files: Sequence[Any], seq: int, metadata: dict[str, str]
+    ) -> None:
+        """One commit adding ``files`` (``lake.files.DataFile``); creates the table on the
+        first. The kept handle is brought forward incrementally, never re-opened. The write
+        metrics delta-rs records for its own writes are recorded too (``history`` reads them)."""
+        from lakecurate.schema import DOCUMENT_SCHEMA
+
+        metrics = {
+            "num_added_files": len(files),
+            "num_removed_files": 0,
+            "num_added_rows": sum(f.rows for f in files),
+        }
+        props = self._props(seq, metadata)
+        props.custom_metadata = {**(props.custom_metadata or {}), "operationMetrics": metrics}
+
+        adds = [
+            AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
+            for f in files
+        ]
+        if dt is None:
+            from deltalake import Schema
+
+            create_table_with_add_actions(
+                str(self.path),
+                Schema.from_arrow(DOCUMENT_SCHEMA),
+                adds,
+                mode="append",
+                partition_by=PARTITION_BY,
+                commit_properties=props,
+            )
+            return
+        dt.create_write_transaction(
+            list[AddAction | RemoveAction](adds),
+            "append",
+            DOCUMENT_SCHEMA,
+            partition_by=PARTITION_BY,
+            commit_properties=props,
+        )
+        dt.update_incremental()
 
     def delete_chunks(
         self, keys: Sequence[str], seq: int, metadata: dict[str, str]

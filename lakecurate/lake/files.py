@@ -1,0 +1,100 @@
+"""A chunk's rows as the table's data files: Parquet written whole, with their Delta statistics.
+
+Writing the files apart from the commit is what lets one commit carry files written anywhere
+(by the driver today, by the workers next) and keeps the commit itself small: delta-rs's
+``write_deltalake`` on a kept handle re-reads the active-file list, so its cost grew with the
+table (10 ms per commit at 100 files, 104 ms at 2,000), while committing ready files with
+``create_write_transaction`` stays near 20-30 ms (benchmarks/bench_commits.py).
+
+Files follow the layout delta-rs writes: one folder per partition value (``kept=true``,
+``kept=false``), the partition column left out of the file, snappy Parquet. Statistics give
+the min/max of the short columns readers prune on (``id``, ``chunk_key``, ...), never of
+``text`` or ``raw``; a string longer than ``STATS_CHARS`` leaves its column without min/max
+(missing statistics only mean no pruning, a truncated max would be wrong).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakecurate.lake import atomic
+
+STATS_CHARS = 64
+NO_MIN_MAX = frozenset({"text", "raw", "meta"})
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file in the table folder, ready to be named by a commit."""
+
+    path: str  # relative to the table folder, '/'-separated
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int  # ms since the epoch
+    stats: str  # the Delta statistics JSON
+    rows: int
+
+
+def write_data_files(
+    table_dir: Path, rows: pa.Table, partition_by: str, prefix: str
+) -> list[DataFile]:
+    """Write ``rows`` as one file per value of ``partition_by`` (a boolean column); each file
+    appears under its final name only once it is whole (``lake.atomic``)."""
+    files = []
+    for value in (True, False):
+        part = rows.filter(pc.equal(rows[partition_by], value)).drop_columns([partition_by])
+        if part.num_rows == 0:
+            continue
+        folder = f"{partition_by}={str(value).lower()}"
+        rel = f"{folder}/{prefix}-{uuid.uuid4().hex}-c000.snappy.parquet"
+        path = table_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.replacing(path) as tmp:
+            pq.write_table(part, tmp, compression="snappy")
+        st = os.stat(path)
+        files.append(
+            DataFile(
+                path=rel,
+                size=st.st_size,
+                partition_values={partition_by: str(value).lower()},
+                modification_time=st.st_mtime_ns // 1_000_000,
+                stats=json.dumps(statistics(part), separators=(",", ":")),
+                rows=part.num_rows,
+            )
+        )
+    return files
+
+
+def statistics(part: pa.Table) -> dict[str, Any]:
+    """The Delta statistics of one file's rows: numRecords, nullCount, minValues, maxValues."""
+    nulls: dict[str, int] = {}
+    low: dict[str, Any] = {}
+    high: dict[str, Any] = {}
+    for name in part.column_names:
+        column = part[name]
+        nulls[name] = column.null_count
+        if name in NO_MIN_MAX or column.null_count == len(column):
+            continue
+        kind = column.type
+        if not (
+            pa.types.is_string(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
+        ):
+            continue
+        bounds = pc.min_max(column).as_py()
+        lo, hi = bounds["min"], bounds["max"]
+        if isinstance(lo, str) and max(len(lo), len(hi)) > STATS_CHARS:
+            continue
+        if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+            continue
+        low[name], high[name] = lo, hi
+    return {"numRecords": part.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}

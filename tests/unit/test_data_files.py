@@ -1,0 +1,98 @@
+"""``lake.files``: rows as data files with Delta statistics, and the commit naming them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from lakecurate.lake import atomic
+from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.files import STATS_CHARS, statistics, write_data_files
+from lakecurate.schema import DOCUMENT_SCHEMA
+
+
+def docs(n: int, start: int = 0, chunk: str = "chunk_a") -> pa.Table:
+    cols = {f.name: pa.nulls(n, f.type) for f in DOCUMENT_SCHEMA}
+    cols |= {
+        "id": pa.array([f"doc-{start + i:04d}" for i in range(n)]),
+        "id_given": pa.array([True] * n),
+        "text": pa.array([f"text number {i} " * 10 for i in range(n)]),
+        "kept": pa.array([i % 3 != 0 for i in range(n)]),
+        "reason": pa.array([None if i % 3 else "exact_dup" for i in range(n)]),
+        "chunk_key": pa.array([chunk] * n),
+        "source_path": pa.array(["/in.jsonl"] * n),
+        "source_line": pa.array(list(range(start + 1, start + n + 1)), pa.int64()),
+        "lang_score": pa.array([0.5 + i / 100 for i in range(n)]),
+        "input_sha256": pa.array(["0" * 64] * n),
+        "run_id": pa.array(["r"] * n),
+        "config_hash": pa.array(["h"] * n),
+    }
+    return pa.table(cols).cast(DOCUMENT_SCHEMA)
+
+
+def test_one_whole_file_per_partition_without_the_partition_column(tmp_path: Path) -> None:
+    rows = docs(9)
+    files = write_data_files(tmp_path, rows, "kept", "part-00000001")
+    assert sorted(f.partition_values["kept"] for f in files) == ["false", "true"]
+    assert sum(f.rows for f in files) == 9
+    for f in files:
+        assert f.path.startswith(f"kept={f.partition_values['kept']}/part-00000001-")
+        table = pq.read_table(tmp_path / f.path)
+        assert "kept" not in table.column_names
+        assert table.num_rows == f.rows
+        assert (tmp_path / f.path).stat().st_size == f.size
+    assert not [p for p in tmp_path.rglob("*") if atomic.is_temp(p)]
+
+
+def test_an_empty_partition_writes_no_file(tmp_path: Path) -> None:
+    rows = docs(6).filter(pa.array([True, False, False, False, False, False]))
+    files = write_data_files(tmp_path, rows, "kept", "p")
+    assert [f.partition_values["kept"] for f in files] == ["false"]
+    assert write_data_files(tmp_path, DOCUMENT_SCHEMA.empty_table(), "kept", "p") == []
+
+
+def test_statistics_bound_the_short_columns_and_leave_out_the_long_ones() -> None:
+    rows = docs(5).drop_columns(["kept"])
+    stats = statistics(rows)
+    assert stats["numRecords"] == 5
+    assert stats["minValues"]["id"] == "doc-0000"
+    assert stats["maxValues"]["id"] == "doc-0004"
+    assert stats["minValues"]["source_line"] == 1
+    assert stats["maxValues"]["lang_score"] == 0.54
+    assert "text" not in stats["minValues"] and "raw" not in stats["maxValues"]
+    assert stats["nullCount"]["lang"] == 5 and "lang" not in stats["minValues"]
+    long_ids = rows.set_column(0, "id", pa.array(["x" * (STATS_CHARS + 1)] * 5))
+    assert "id" not in statistics(long_ids)["minValues"]
+    json.dumps(stats)  # the Delta statistics are JSON
+
+
+def test_append_commits_files_readers_see_with_their_statistics(tmp_path: Path) -> None:
+    store = DeltaStore(tmp_path / "documents")
+    first = store.append(docs(9), 1, {"lakecurate.chunk_key": "chunk_a"})
+    second = store.append(docs(6, 100, "chunk_b"), 2, {"lakecurate.chunk_key": "chunk_b"})
+    assert (first, second) == (0, 1)
+    dt = DeltaTable(str(tmp_path / "documents"))
+    assert dt.transaction_version("lakecurate") == 2
+    table = pa.table(dt.to_pyarrow_dataset().to_table())
+    assert table.num_rows == 15
+    assert sorted(table["id"].to_pylist()) == sorted(
+        docs(9)["id"].to_pylist() + docs(6, 100)["id"].to_pylist()
+    )
+    kept = dict(zip(table["id"].to_pylist(), table["kept"].to_pylist(), strict=True))
+    assert kept["doc-0000"] is False and kept["doc-0001"] is True
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    assert set(actions["min.chunk_key"].to_pylist()) == {"chunk_a", "chunk_b"}
+    assert sum(actions["num_records"].to_pylist()) == 15
+    assert store.rows_of_chunks(["chunk_b"]).num_rows == 6
+
+
+def test_an_empty_append_still_records_its_seq(tmp_path: Path) -> None:
+    store = DeltaStore(tmp_path / "documents")
+    store.append(docs(3), 1, {})
+    store.append(DOCUMENT_SCHEMA.empty_table(), 2, {})
+    assert store.watermark() == 2
+    assert DeltaStore(tmp_path / "documents").watermark() == 2
