@@ -58,6 +58,14 @@ class IngestConfig:
     # A compressed JSONL file is one chunk, held in memory while it is processed: a file that
     # decompresses to more fails (DEAD, with what to do) instead of exhausting the worker's memory.
     max_compressed_chunk_bytes: int = 1024**3
+    # One Delta commit carries a group of chunks; a group closes when it has this many chunks,
+    # this many input bytes, or has been open this long (seconds), whichever comes first. A
+    # commit costs tens of milliseconds whatever its size, so grouping keeps the driver's
+    # commit time per chunk small; a crash loses at most the uncommitted group (its chunks'
+    # staged files stay, so nothing is re-processed).
+    commit_chunks: int = 64
+    commit_bytes: int = 1024**3
+    commit_seconds: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -277,6 +285,9 @@ def from_dict(data: dict[str, Any]) -> Config:
             "heartbeat_timeout",
             "chunk_timeout",
             "max_compressed_chunk_bytes",
+            "commit_chunks",
+            "commit_bytes",
+            "commit_seconds",
         },
     )
     _check_keys("dedup", ded, {"exact"})
@@ -306,6 +317,15 @@ def from_dict(data: dict[str, Any]) -> Config:
             max_compressed_chunk_bytes=parse_size(
                 ing.get("max_compressed_chunk_bytes", defaults.max_compressed_chunk_bytes),
                 "[ingest].max_compressed_chunk_bytes",
+            ),
+            commit_chunks=_int(
+                "ingest", "commit_chunks", ing.get("commit_chunks", defaults.commit_chunks), 1
+            ),
+            commit_bytes=parse_size(
+                ing.get("commit_bytes", defaults.commit_bytes), "[ingest].commit_bytes"
+            ),
+            commit_seconds=_seconds(
+                "commit_seconds", ing.get("commit_seconds", defaults.commit_seconds)
             ),
         ),
         dedup=DedupConfig(exact=exact),
@@ -342,7 +362,10 @@ def to_toml(cfg: Config) -> str:
             f"workers = {i.workers}\n"
             f"heartbeat_timeout = {i.heartbeat_timeout}\n"
             f"chunk_timeout = {i.chunk_timeout}\n"
-            f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n\n"
+            f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n"
+            f"commit_chunks = {i.commit_chunks}\n"
+            f"commit_bytes = {i.commit_bytes}\n"
+            f"commit_seconds = {i.commit_seconds}\n\n"
             "[dedup]\n"
             f"exact = {'true' if d.exact else 'false'}\n"
         )

@@ -9,9 +9,10 @@ second: slows a run down so a test can watch it from outside); ``match`` restric
 keys containing that text. Unset, every call is a dictionary lookup and nothing else.
 
 Points: ``worker`` (a worker starts a chunk), ``staged_write`` (the staged Parquet temp file is
-written, not yet renamed), ``before_delta_commit`` (intent recorded), ``delta_write`` (inside
-``DeltaStore.append``, where delta-rs writes data files and the log entry),
-``after_delta_commit``, ``during_state_update`` (inside the DuckDB transaction after a commit).
+written, not yet renamed), ``index_ahead`` (a chunk decided, its index rows written ahead of its
+group's Delta commit), ``before_delta_commit`` (intents recorded, Delta not yet written),
+``delta_write`` (writing a chunk's data files), ``after_delta_commit``, ``during_state_update``
+(inside the DuckDB transaction after a commit).
 """
 
 from __future__ import annotations

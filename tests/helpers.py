@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakecurate import Lake
+from lakecurate.lake.record import SUPERSEDE, CommitRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from deltalake import DeltaTable
 
     from lakecurate.store.band_index import NearDedupIndex
 
@@ -160,16 +162,8 @@ def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None)
         problems.append(
             f"{len(on_disk - referenced)} orphan data file(s), {len(referenced - on_disk)} missing"
         )
-    committed: dict[str, int] = {}
-    for entry in dt.history():
-        key = entry.get("lakecurate.chunk_key")
-        if key is None:
-            continue
-        if key in committed:
-            problems.append(
-                f"{key} committed twice (versions {committed[key]} and {entry['version']})"
-            )
-        committed[key] = entry["version"]
+    committed, twice = log_chunk_versions(dt)
+    problems.extend(twice)
     lk = Lake.open(lake)
     success = dict(
         lk.sql("SELECT chunk_key, delta_version FROM chunks WHERE status = 'SUCCESS'").rows
@@ -271,3 +265,19 @@ def as_global(
         return int(starts[ordinal]) + row
 
     return [(pos(s), pos(c), d) for s, c, d in rows]  # type: ignore[misc]
+
+
+def log_chunk_versions(dt: DeltaTable) -> tuple[dict[str, int], list[str]]:
+    """Chunk -> the Delta version whose commit carried it, from the log's commit records, and
+    a line for every chunk the log carries more than once."""
+    committed: dict[str, int] = {}
+    twice = []
+    for entry in sorted(dt.history(), key=lambda e: int(e["version"])):
+        record = CommitRecord.parse(entry)
+        for key in record.chunk_keys if record.kind != SUPERSEDE else []:
+            if key in committed:
+                twice.append(
+                    f"{key} committed twice (versions {committed[key]} and {entry['version']})"
+                )
+            committed[key] = int(entry["version"])
+    return committed, twice

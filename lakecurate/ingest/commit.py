@@ -1,17 +1,23 @@
 """The driver's side of a chunk: lake-wide decisions, the Delta commit, and the state after it.
 
-The protocol (design section 6): record the intent (COMMITTING, seq) in DuckDB, commit to Delta
-with app transaction ``seq``, then mark SUCCESS and index the kept hashes in one DuckDB
-transaction. The Delta log is the linearisation point: a crash between the steps is repaired by
-``store.recovery.reconcile`` when the next write session opens, so nothing is committed twice
-and nothing half-written stays in the table.
+The protocol (design section 6), for a group of chunks taken in commit order: each chunk gets
+its intent (COMMITTING, its own seq) in DuckDB, is decided against the lake (the chunks of the
+group before it included), has its data files written, and its membership-index rows and bands
+written ahead in one state transaction; then one Delta commit names every file of the group,
+with app transaction the group's last seq; then one DuckDB transaction marks the group
+SUCCESS. The Delta log is the linearisation point: a crash between the steps is repaired by
+``store.recovery.reconcile`` when the next write session opens (it finalises the intents the
+log has and abandons the others, index rows included), so nothing is committed twice and
+nothing half-written stays in the table.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -22,12 +28,23 @@ from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
-from lakecurate.lake.record import APPEND, REDECIDE, RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.lake.record import (
+    APPEND,
+    REDECIDE,
+    RESTORE,
+    SUPERSEDE,
+    ChunkRecord,
+    CommitRecord,
+)
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.recovery import finish_restore, forget_near, index_writer
 from lakecurate.store.session import WriteSession
+from lakecurate.store.state import FinishedChunk
 from lakecurate.types import ChunkResult, ChunkSpec
+
+if TYPE_CHECKING:
+    from lakecurate.lake.files import DataFile
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
 """The verdicts the driver makes against the whole lake; a re-decision makes them again."""
@@ -42,6 +59,25 @@ class CommitOutcome:
     rows_in: int
     rows_kept: int
     lake_dups: int
+
+
+@dataclass
+class Decided:
+    """A chunk decided, its data files written and its index rows written ahead: waiting for
+    the Delta commit of its group."""
+
+    spec: ChunkSpec
+    result: ChunkResult
+    seq: int
+    record: ChunkRecord
+    finished: FinishedChunk
+    files: list[DataFile]
+    intent_ns: int
+    lake_dups: int
+
+    @property
+    def key(self) -> str:
+        return self.result.chunk_key
 
 
 class Committer:
@@ -59,6 +95,7 @@ class Committer:
         self.config_text = configuration.to_toml(cfg) if cfg else ""
         self.exact_dedup = cfg.dedup.exact if cfg else True
         self.redecided = 0  # chunks decided again by this committer
+        self.group: list[Decided] = []  # staged, waiting for their group's Delta commit
         self._scratch_con: duckdb.DuckDBPyConnection | None = None
 
     # -- decisions -------------------------------------------------------------------------
@@ -115,26 +152,58 @@ class Committer:
         return [*steps, *lake]
 
     # -- the protocol ----------------------------------------------------------------------
-    def commit(self, spec: ChunkSpec, result: ChunkResult) -> CommitOutcome:
-        """Commit one staged chunk exactly once.
-
-        The commitInfo carries the chunk's spec and result, so the state can be rebuilt from the
-        Delta log alone (``lakecurate verify --repair``).
-        """
+    def stage(self, spec: ChunkSpec, result: ChunkResult) -> Decided:
+        """Decide one staged chunk, write its data files and its index rows ahead, and add it
+        to the open group (``commit_group`` commits it); chunks are staged in commit order."""
         staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
+        intent_ns = time.time_ns()
         # The seq comes first: near dedup orders documents by it.
         seq = self.state.begin_commit(
             "APPEND", [result.chunk_key], self.run_id, self.delta.version()
         )
-        outcome = self._decide_and_commit(spec, result, staged, seq, replace=False)
-        Path(result.staged_path).unlink(missing_ok=True)
-        return outcome
+        rows, decided = self._decide(spec, result, staged, seq, intent_ns)
+        # A failed write takes every untracked file of the open group with it.
+        since_ns = self.group[0].intent_ns if self.group else intent_ns
+        decided.files = self.delta.write_files(rows, seq, decided.key, since_ns)
+        self.group.append(decided)
+        return decided
 
-    def _decide_and_commit(
-        self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table, seq: int, replace: bool
-    ) -> CommitOutcome:
-        """The lake-wide decisions, the Delta commit (an append, or with ``replace`` the
-        chunk's rows swapped for the new ones in one commit) and the state after it."""
+    def commit_group(self) -> list[CommitOutcome]:
+        """One Delta commit carrying every chunk staged since the last one (exactly once: its
+        app transaction is the group's last seq), then their SUCCESS in one state
+        transaction."""
+        group, self.group = self.group, []
+        if not group:
+            return []
+        for d in group:
+            faults.hit("before_delta_commit", d.key)
+        record = CommitRecord(
+            kind=APPEND,
+            run_id=self.run_id,
+            chunks=tuple(d.record for d in group),
+            config_hash=self.config_hash,
+            config_text=self.config_text or None,
+        )
+        files = [f for d in group for f in d.files]
+        version = self.delta.commit_files(
+            files, group[-1].seq, record.metadata(), min(d.intent_ns for d in group)
+        )
+        for d in group:
+            faults.hit("after_delta_commit", d.key)
+        self.state.finish_chunks(version, self.run_id, [d.finished for d in group])
+        for d in group:
+            if d.result.staged_path:
+                Path(d.result.staged_path).unlink(missing_ok=True)
+        return [
+            CommitOutcome(d.key, version, d.result.rows_in, d.finished.rows_kept, d.lake_dups)
+            for d in group
+        ]
+
+    def _decide(
+        self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table, seq: int, intent_ns: int
+    ) -> tuple[pa.Table, Decided]:
+        """The lake-wide decisions of one chunk, its record, and its index rows and bands
+        written ahead (one state transaction: the next chunk is decided against them)."""
         key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
@@ -146,7 +215,6 @@ class Committer:
         elif SIGNATURE_COLUMN in rows.column_names:
             rows = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
         kept = int(pc.sum(rows["kept"]).as_py() or 0)
-        faults.hit("before_delta_commit", key)
         chunk = {
             "rows_in": result.rows_in,
             "rows_malformed": result.rows_malformed,
@@ -157,28 +225,20 @@ class Committer:
             "redactions": result.redactions,
             "spec": asdict(spec) | {"format": spec.format.value},
         }
-        record = CommitRecord(
-            kind=REDECIDE if replace else APPEND,
-            run_id=self.run_id,
-            chunk_key=key,
-            config_hash=self.config_hash,
-            rows_in=result.rows_in,
-            rows_kept=kept,
-            result=chunk,
-            config_text=self.config_text or None,
+        with self.state.transaction():
+            index_writer(self.index, rows, seq, near_writer)()
+        faults.hit("index_ahead", key)
+        decided = Decided(
+            spec=spec,
+            result=result,
+            seq=seq,
+            record=ChunkRecord(key, seq, result.rows_in, kept, chunk),
+            finished=FinishedChunk(seq, result, kept, funnel),
+            files=[],
+            intent_ns=intent_ns,
+            lake_dups=int(funnel[-1][2]),
         )
-        version = self.delta.append(rows, seq, record.metadata(), replace=replace)
-        faults.hit("after_delta_commit", key)
-        self.state.finish_append(
-            seq,
-            result,
-            version,
-            rows.filter(rows["kept"]),
-            funnel,
-            self.run_id,
-            index_writer(self.index, rows, seq, near_writer),
-        )
-        return CommitOutcome(key, version, result.rows_in, kept, funnel[-1][2])
+        return rows, decided
 
     def supersede(self, keys: Sequence[str]) -> int:
         """Remove the rows of committed chunks whose input changed, then decide again every
@@ -190,6 +250,7 @@ class Committer:
         intent's transaction and forgotten by the index with the superseded ones, so a crash
         anywhere leaves the queue for the next ingest.
         """
+        assert not self.group, "supersede with a group open: its decisions would be stale"
         if keys:
             redo = self.dependents(keys)
             seq = self.state.begin_commit(
@@ -260,6 +321,7 @@ class Committer:
         input may be gone or outside this run's inputs): the filters' verdicts stay, every
         duplicate verdict is made again against the lake as it is now, and the chunk's rows
         are replaced in one Delta commit (an app transaction, like every commit)."""
+        assert not self.group, "a re-decision with a group open would commit out of order"
         spec = self.state.spec_of(key)
         if spec is None or self.delta.table() is None:
             self.state.unqueue_redecide([key])
@@ -278,9 +340,22 @@ class Committer:
         if self.near is not None:
             rows = add_signatures(rows, self.near.cfg)
         result = self.state.result_of(key, rows.num_rows)
+        intent_ns = time.time_ns()
         seq = self.state.begin_commit("REDECIDE", [key], self.run_id, self.delta.version())
         self.redecided += 1
-        return self._decide_and_commit(spec, result, rows, seq, replace=True)
+        rows, decided = self._decide(spec, result, rows, seq, intent_ns)
+        faults.hit("before_delta_commit", key)
+        record = CommitRecord(
+            kind=REDECIDE,
+            run_id=self.run_id,
+            chunks=(decided.record,),
+            config_hash=self.config_hash,
+            config_text=self.config_text or None,
+        )
+        version = self.delta.replace_chunk(rows, seq, record.metadata(), key)
+        faults.hit("after_delta_commit", key)
+        self.state.finish_chunks(version, self.run_id, [decided.finished])
+        return CommitOutcome(key, version, result.rows_in, decided.finished.rows_kept, 0)
 
     def restore(self, version: int) -> int:
         """Make ``version`` current (a new Delta commit) and re-derive the state from it."""

@@ -24,11 +24,13 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
-from lakecurate.lake.record import CHUNK_KEY, SEQ_KEY
+from lakecurate.lake.record import SEQ_KEY, CommitRecord
 
 if TYPE_CHECKING:  # Arrow is imported where it is used: opening the table does not need it
     import pyarrow as pa
     import pyarrow.dataset as pds
+
+    from lakecurate.lake.files import DataFile
 
 APP_ID = "lakecurate"
 PARTITION_BY = ["kept"]
@@ -110,55 +112,71 @@ class DeltaStore:
             custom_metadata={SEQ_KEY: str(seq), **metadata},
         )
 
-    def append(
-        self, rows: pa.Table, seq: int, metadata: dict[str, str], replace: bool = False
-    ) -> int:
-        """Append one chunk's rows as one transactional commit; returns the new version.
-
-        The rows are written as data files first (``lake.files``), then one commit names
-        them. With ``replace``, the same commit also removes the rows the chunk already has (a
-        predicate overwrite): a re-decided chunk is never absent nor doubled.
-        """
+    def write_files(
+        self, rows: pa.Table, seq: int, key: str, since_ns: int | None = None
+    ) -> list[DataFile]:
+        """Write one chunk's rows as data files for a later ``commit_files`` (they are
+        invisible to readers until a commit names them; a file of a commit that never happens
+        is removed by ``remove_unreferenced``). A failed write removes every untracked file
+        written since ``since_ns`` (default: this call)."""
         from lakecurate.lake.files import write_data_files
         from lakecurate.schema import DOCUMENT_SCHEMA
 
-        dt = self.table()
-        started_ns = time.time_ns()
+        started_ns = time.time_ns() if since_ns is None else since_ns
         try:
-            key = metadata.get(CHUNK_KEY, "")
             faults.hit("delta_write", key)  # tests: ENOSPC
-            data, props = rows.cast(DOCUMENT_SCHEMA), self._props(seq, metadata)
-            if replace and dt is not None:  # the chunk's rows swapped for these, in one commit
-                predicate = "chunk_key = '" + key.replace("'", "''") + "'"
-                write_deltalake(
-                    dt,
-                    data,
-                    mode="overwrite",
-                    predicate=predicate,
-                    partition_by=PARTITION_BY,
-                    commit_properties=props,
-                )
-            else:
-                (partition,) = PARTITION_BY
-                files = write_data_files(self.path, data, partition, f"part-{seq:08d}")
-                self._commit_files(dt, files, seq, metadata)
+            (partition,) = PARTITION_BY
+            return write_data_files(
+                self.path, rows.cast(DOCUMENT_SCHEMA), partition, f"part-{seq:08d}"
+            )
+        except OSError as exc:
+            raise self._failed(exc, seq, started_ns) from exc
+
+    def commit_files(
+        self, files: Sequence[DataFile], seq: int, metadata: dict[str, str], since_ns: int
+    ) -> int:
+        """One commit adding ``files`` with app transaction ``seq``; returns the new version.
+        ``since_ns``: when the first of the files was about to be written (a failed commit
+        removes every untracked file written since)."""
+        dt = self.table()
+        try:
+            self._commit_files(dt, files, seq, metadata)
         except (DeltaError, OSError) as exc:
-            self._dt = None  # re-read the log: did the commit land before the error?
-            if self.watermark() < seq:  # no: its data files are garbage, remove them now
-                with contextlib.suppress(OSError, DeltaError):
-                    self.remove_unreferenced(started_ns)
-            if is_disk_full(exc):
-                raise disk_full(exc, f"writing Delta commit seq {seq}") from exc
-            raise CommitError(
-                f"Delta commit of seq {seq} failed: {one_line(exc)}; nothing "
-                "was committed, re-run the same command"
-            ) from exc
+            raise self._failed(exc, seq, since_ns) from exc
         if dt is None:
             self._dt = None  # the first commit created the table; open it next time
         return self.version()
 
+    def append(self, rows: pa.Table, seq: int, metadata: dict[str, str], key: str = "") -> int:
+        """One chunk's rows as one commit of their own; returns the new version."""
+        started_ns = time.time_ns()
+        return self.commit_files(self.write_files(rows, seq, key), seq, metadata, started_ns)
+
+    def replace_chunk(self, rows: pa.Table, seq: int, metadata: dict[str, str], key: str) -> int:
+        """Swap the rows of a committed chunk for ``rows`` in one commit (a predicate
+        overwrite), so a re-decided chunk is never absent nor doubled; the new version."""
+        from lakecurate.schema import DOCUMENT_SCHEMA
+
+        dt = self.table()
+        if dt is None:
+            return self.append(rows, seq, metadata, key)
+        started_ns = time.time_ns()
+        try:
+            faults.hit("delta_write", key)
+            write_deltalake(
+                dt,
+                rows.cast(DOCUMENT_SCHEMA),
+                mode="overwrite",
+                predicate="chunk_key = '" + key.replace("'", "''") + "'",
+                partition_by=PARTITION_BY,
+                commit_properties=self._props(seq, metadata),
+            )
+        except (DeltaError, OSError) as exc:
+            raise self._failed(exc, seq, started_ns) from exc
+        return self.version()
+
     def _commit_files(
-        self, dt: DeltaTable | None, files: Sequence[Any], seq: int, metadata: dict[str, str]
+        self, dt: DeltaTable | None, files: Sequence[DataFile], seq: int, metadata: dict[str, str]
     ) -> None:
         """One commit adding ``files`` (``lake.files.DataFile``); creates the table on the
         first. The kept handle is brought forward incrementally, never re-opened. The write
@@ -198,11 +216,24 @@ class DeltaStore:
         )
         dt.update_incremental()
 
+    def _failed(self, exc: BaseException, seq: int, since_ns: int) -> Exception:
+        """The error to raise for a write of commit ``seq`` that failed; when the log does not
+        have the commit, the data files written for it since ``since_ns`` are removed now."""
+        self._dt = None  # re-read the log: did the commit land before the error?
+        if self.watermark() < seq:
+            with contextlib.suppress(OSError, DeltaError):
+                self.remove_unreferenced(since_ns)
+        if is_disk_full(exc):
+            return disk_full(exc, f"writing Delta commit seq {seq}")
+        return CommitError(
+            f"Delta commit of seq {seq} failed: {one_line(exc)}; nothing "
+            "was committed, re-run the same command"
+        )
+
     def delete_chunks(
         self, keys: Sequence[str], seq: int, metadata: dict[str, str]
     ) -> tuple[int, int]:
         """Remove every row of these chunks in one commit; returns (version, rows removed)."""
-        from lakecurate.schema import DOCUMENT_SCHEMA
 
         dt = self.table()
         if dt is None or not keys:
@@ -219,7 +250,7 @@ class DeltaStore:
         if self.watermark() < seq:
             # Nothing matched (chunks without records), so delta-rs made no commit: record the
             # seq with an empty one, or the watermark would lag the state's DONE commits.
-            return self.append(DOCUMENT_SCHEMA.empty_table(), seq, metadata), 0
+            return self.commit_files([], seq, metadata, time.time_ns()), 0
         return self.version(), int(out.get("num_deleted_rows", 0))
 
     def restore(self, version: int, seq: int, metadata: dict[str, str]) -> int:
@@ -242,7 +273,7 @@ class DeltaStore:
         if dt is None:
             return None
         for entry in read_history(dt, limit):
-            if entry.get(SEQ_KEY) == str(seq):
+            if entry.get(SEQ_KEY) == str(seq) or CommitRecord.parse(entry).chunk(seq):
                 return entry
         return None
 

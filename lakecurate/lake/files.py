@@ -1,4 +1,4 @@
-"""A chunk's rows as the table's data files: Parquet written whole, with their Delta statistics.
+"""A chunk's rows as the table's data files: Parquet files with their Delta statistics.
 
 Writing the files apart from the commit is what lets one commit carry files written anywhere
 (by the driver today, by the workers next) and keeps the commit itself small: delta-rs's
@@ -48,8 +48,12 @@ class DataFile:
 def write_data_files(
     table_dir: Path, rows: pa.Table, partition_by: str, prefix: str
 ) -> list[DataFile]:
-    """Write ``rows`` as one file per value of ``partition_by`` (a boolean column); each file
-    appears under its final name only once it is whole (``lake.atomic``)."""
+    """Write ``rows`` as one file per value of ``partition_by`` (a boolean column).
+
+    Written under the final name, as delta-rs does: no reader sees a data file until a commit
+    names it, and one that a failure or a kill left unnamed is removed by the next writer
+    (``DeltaStore.remove_unreferenced``, which lists ``*.parquet``), so a temp name would only
+    hide it from that clean-up. Each file is fsynced before any commit can name it."""
     files = []
     for value in (True, False):
         part = rows.filter(pc.equal(rows[partition_by], value)).drop_columns([partition_by])
@@ -59,8 +63,8 @@ def write_data_files(
         rel = f"{folder}/{prefix}-{uuid.uuid4().hex}-c000.snappy.parquet"
         path = table_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.replacing(path) as tmp:
-            pq.write_table(part, tmp, compression="snappy")
+        pq.write_table(part, path, compression="snappy")
+        atomic.fsync_path(path)  # durable before a commit names it
         st = os.stat(path)
         files.append(
             DataFile(

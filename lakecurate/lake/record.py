@@ -1,8 +1,11 @@
 """The commit record: what lakecurate writes into a Delta commit's commitInfo, and reads back.
 
 Every commit lakecurate makes carries ``lakecurate.*`` keys: its seq (the app transaction that
-makes it exactly-once), its run, and for a chunk its spec, counts, funnel and config. They are
-what lets the state be rebuilt from the log alone, so they are written and parsed here only.
+makes it exactly-once), its run, and for each chunk it adds (one commit carries a group of
+chunks, each with its own seq, the commit's seq being the group's last) the chunk's spec,
+counts, funnel and config. They are what lets the state be rebuilt from the log alone, so they
+are written and parsed here only. Commits written before groups (one chunk each, under
+``lakecurate.chunk_key`` / ``lakecurate.result``) still read back.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SEQ_KEY = "lakecurate.seq"
-CHUNK_KEY = "lakecurate.chunk_key"
+CHUNKS_KEY = "lakecurate.chunks"
+"""JSON list, one object per chunk of the commit: key, seq, rows_in, rows_kept, result."""
+CHUNK_KEY = "lakecurate.chunk_key"  # before groups: the commit's one chunk
 RUN_KEY = "lakecurate.run_id"
 CONFIG_HASH_KEY = "lakecurate.config_hash"
 ROWS_IN_KEY = "lakecurate.rows_in"
@@ -31,19 +36,37 @@ CHUNK_KINDS = (APPEND, REDECIDE)
 
 
 @dataclass(frozen=True)
+class ChunkRecord:
+    """One chunk of a commit: its seq (the order near dedup follows), its counts, and its
+    result (spec, funnel, redactions, ...)."""
+
+    chunk_key: str
+    seq: int | None = None
+    rows_in: int | None = None
+    rows_kept: int | None = None
+    result: Mapping[str, Any] | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "key": self.chunk_key,
+            "seq": self.seq,
+            "rows_in": self.rows_in,
+            "rows_kept": self.rows_kept,
+            "result": self.result,
+        }
+
+
+@dataclass(frozen=True)
 class CommitRecord:
-    """One commit as lakecurate sees it. ``kind`` is APPEND, REDECIDE (a chunk's rows decided
-    again), SUPERSEDE, RESTORE, the maintenance command (COMPACT, VACUUM), or ``""`` for a
-    commit lakecurate did not make."""
+    """One commit as lakecurate sees it. ``kind`` is APPEND (a group of chunks), REDECIDE (a
+    chunk's rows decided again), SUPERSEDE, RESTORE, the maintenance command (COMPACT,
+    VACUUM), or ``""`` for a commit lakecurate did not make."""
 
     kind: str
     run_id: str | None = None
     seq: int | None = None
-    chunk_key: str | None = None
+    chunks: tuple[ChunkRecord, ...] = ()
     config_hash: str | None = None
-    rows_in: int | None = None
-    rows_kept: int | None = None
-    result: Mapping[str, Any] | None = None  # the chunk's spec, counts, funnel, redactions...
     config_text: str | None = None
     superseded: tuple[str, ...] = ()
     restored: int | None = None
@@ -52,7 +75,20 @@ class CommitRecord:
     @property
     def chunk_keys(self) -> list[str]:
         """The chunks this commit wrote or removed."""
-        return [self.chunk_key] if self.chunk_key else list(self.superseded)
+        return [c.chunk_key for c in self.chunks] if self.chunks else list(self.superseded)
+
+    @property
+    def rows_in(self) -> int | None:
+        """Documents the commit's chunks brought (None when not a chunk commit)."""
+        return sum(c.rows_in or 0 for c in self.chunks) if self.chunks else None
+
+    @property
+    def rows_kept(self) -> int | None:
+        return sum(c.rows_kept or 0 for c in self.chunks) if self.chunks else None
+
+    def chunk(self, seq: int) -> ChunkRecord | None:
+        """The chunk of this commit that carried ``seq``."""
+        return next((c for c in self.chunks if c.seq == seq), None)
 
     def metadata(self) -> dict[str, str]:
         """The commitInfo keys of this record (the seq is added by the Delta commit itself)."""
@@ -60,13 +96,12 @@ class CommitRecord:
         if self.run_id is not None:
             out[RUN_KEY] = self.run_id
         if self.kind in CHUNK_KINDS:
-            assert self.chunk_key is not None and self.result is not None
+            assert self.chunks
             out |= {
-                CHUNK_KEY: self.chunk_key,
+                CHUNKS_KEY: json.dumps([c.as_json() for c in self.chunks]),
                 CONFIG_HASH_KEY: self.config_hash or "",
                 ROWS_IN_KEY: str(self.rows_in),
                 ROWS_KEPT_KEY: str(self.rows_kept),
-                RESULT_KEY: json.dumps(self.result),
             }
             if self.config_text:
                 out[CONFIG_KEY] = self.config_text
@@ -84,8 +119,9 @@ class CommitRecord:
     def parse(cls, entry: Mapping[str, Any]) -> CommitRecord:
         """The record of a commitInfo entry (from ``DeltaTable.history``); a commit without
         lakecurate keys gives kind ``""``."""
-        key = entry.get(CHUNK_KEY) or None
-        if key:
+        seq = _int(entry.get(SEQ_KEY))
+        chunks = _chunks(entry, seq)
+        if chunks:
             kind = REDECIDE if REDECIDED_KEY in entry else APPEND
         elif SUPERSEDED_KEY in entry:
             kind = SUPERSEDE
@@ -95,20 +131,50 @@ class CommitRecord:
             kind = str(entry[MAINTENANCE_KEY]).upper()
         else:
             kind = ""
-        result = entry.get(RESULT_KEY)
         return cls(
             kind=kind,
             run_id=entry.get(RUN_KEY),
-            seq=int(entry[SEQ_KEY]) if SEQ_KEY in entry else None,
-            chunk_key=key,
+            seq=seq,
+            chunks=chunks,
             config_hash=entry.get(CONFIG_HASH_KEY) or None,
-            rows_in=_int(entry.get(ROWS_IN_KEY)),
-            rows_kept=_int(entry.get(ROWS_KEPT_KEY)),
-            result=_json(result) if result else None,
             config_text=entry.get(CONFIG_KEY) or None,
             superseded=tuple(k for k in str(entry.get(SUPERSEDED_KEY, "")).split(",") if k),
             restored=_int(entry.get(RESTORED_KEY)),
         )
+
+
+def _chunks(entry: Mapping[str, Any], seq: int | None) -> tuple[ChunkRecord, ...]:
+    """The chunk records of a commitInfo entry, in either format (a damaged result reads as
+    missing, never raises: the rows in the table still say what the chunk holds)."""
+    if CHUNKS_KEY in entry:
+        try:
+            items = json.loads(str(entry[CHUNKS_KEY]))
+        except ValueError:
+            items = []
+        return tuple(
+            ChunkRecord(
+                str(c["key"]),
+                _int(c.get("seq")),
+                _int(c.get("rows_in")),
+                _int(c.get("rows_kept")),
+                c["result"] if isinstance(c.get("result"), dict) else None,
+            )
+            for c in (items if isinstance(items, list) else [])
+            if isinstance(c, dict) and c.get("key")
+        )
+    key = entry.get(CHUNK_KEY)
+    if not key:
+        return ()
+    result = entry.get(RESULT_KEY)
+    return (
+        ChunkRecord(
+            str(key),
+            seq,
+            _int(entry.get(ROWS_IN_KEY)),
+            _int(entry.get(ROWS_KEPT_KEY)),
+            _json(result) if result else None,
+        ),
+    )
 
 
 def _int(value: object) -> int | None:

@@ -131,11 +131,13 @@ def log_rows(delta: DeltaStore, entries: Sequence[dict[str, Any]]) -> list[dict[
 
 
 def _result_detail(record: CommitRecord) -> str:
-    """``240 in, 208 kept`` for a chunk commit (from its recorded result)."""
-    result = record.result or {}
-    if "rows_in" not in result:
+    """``240 in, 208 kept`` for a chunk commit (``3 chunks: ...`` for a group), from its
+    recorded chunks."""
+    if not record.chunks:
         return ""
-    return f"{result['rows_in']} in, {result['rows_kept']} kept"
+    counts = f"{record.rows_in} in, {record.rows_kept} kept"
+    n = len(record.chunks)
+    return counts if n == 1 else f"{n} chunks: {counts}"
 
 
 def history(state: Path, documents: Path, limit: int | None = None) -> query.QueryResult:

@@ -63,24 +63,34 @@ def _log_commits(delta: DeltaStore) -> tuple[list[dict[str, Any]], dict[str, dic
             continue  # not a lakecurate commit (compact, vacuum, another writer)
         version = int(entry["version"])
         kind = record.kind or str(entry.get("operation", "OTHER"))
-        commits.append(
-            {
-                "seq": record.seq,
-                "kind": kind,
-                "chunk_keys": record.chunk_keys,
-                "run_id": record.run_id,
-                "delta_version": version,
-            }
-        )
-        if record.chunk_key and record.result is not None:
-            history.append(
-                (
-                    version,
-                    record.chunk_key,
-                    dict(record.result)
-                    | {"seq": record.seq, "delta_version": version, "run_id": record.run_id},
-                )
+        # One intent per chunk of a group commit (each chunk has its own seq), one per other
+        # commit, as the state recorded them.
+        for seq, keys in [(c.seq or record.seq, [c.chunk_key]) for c in record.chunks] or [
+            (record.seq, record.chunk_keys)
+        ]:
+            commits.append(
+                {
+                    "seq": seq,
+                    "kind": kind,
+                    "chunk_keys": keys,
+                    "run_id": record.run_id,
+                    "delta_version": version,
+                }
             )
+        for chunk in record.chunks:
+            if chunk.result is not None:
+                history.append(
+                    (
+                        version,
+                        chunk.chunk_key,
+                        dict(chunk.result)
+                        | {
+                            "seq": chunk.seq or record.seq,
+                            "delta_version": version,
+                            "run_id": record.run_id,
+                        },
+                    )
+                )
         if kind == RESTORE and record.restored is not None:
             restores[version] = record.restored
     return commits, _records_at(history, restores, None)

@@ -1,11 +1,14 @@
 """Bring the state in line with the Delta log after a crash, one commit at a time.
 
-The protocol (design section 6): the intent (COMMITTING, seq) is recorded in DuckDB, the Delta
-commit carries app transaction ``seq``, then one DuckDB transaction marks the chunk SUCCESS and
-indexes it. The log is the linearisation point: ``reconcile`` finalises every open intent the
-log has (seq <= watermark) with ``finalise`` and abandons the others, deleting any data file
-their interrupted write left. ``finalise`` is the one way a committed entry becomes state, its
-membership-index rows and near-dedup bands included, whichever command finds it.
+The protocol (design section 6): each chunk's intent (COMMITTING, seq) is recorded in DuckDB
+and, once the chunk is decided, its membership-index rows and near-dedup bands are written
+ahead (the next chunk of the same group is decided against them); one Delta commit carries a
+group of chunks, its app transaction the group's last seq; then one DuckDB transaction marks
+them SUCCESS. The log is the linearisation point: ``reconcile`` finalises every open intent the
+log has (seq <= watermark) with ``finalise`` and abandons the others, taking their index rows
+out and deleting any data file their interrupted write left. ``finalise`` is the one way a
+committed entry becomes state, its index rows and bands re-derived from the table, whichever
+command finds it.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ import pyarrow.compute as pc
 from lakecurate import engine
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.record import RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.lake.record import CHUNK_KINDS, RESTORE, SUPERSEDE, CommitRecord
 from lakecurate.schema import SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.band_index import NearDedupIndex, chunk_table_of
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import resync
-from lakecurate.store.state import StateStore
+from lakecurate.store.state import FinishedChunk, StateStore
 from lakecurate.types import ChunkResult
 
 Writer = Callable[[], None]
@@ -33,19 +36,32 @@ Writer = Callable[[], None]
 
 def index_writer(
     index: MembershipIndex, rows: pa.Table, seq: int, bands: Writer | None = None
-) -> Callable[[object], None]:
-    """What indexes a committed chunk, called inside the transaction that marks it SUCCESS:
-    its kept content hashes, its given ids, and (``bands``) its near-dedup bands."""
+) -> Writer:
+    """What indexes a decided chunk, called inside a state transaction: its kept content
+    hashes, its given ids, and (``bands``) its near-dedup bands."""
     kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
     not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"), False))
     given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
 
-    def write(_kept: object) -> None:
+    def write() -> None:
         index.add(kept, given, seq)
         if bands is not None:
             bands()
 
     return write
+
+
+def forget_written_ahead(
+    state: StateStore, index: MembershipIndex, keys: Sequence[str], seq: int
+) -> Writer:
+    """What takes out the index rows and bands commit ``seq`` wrote for ``keys`` ahead of its
+    Delta commit (inside the caller's transaction)."""
+
+    def forget() -> None:
+        index.remove_chunks(keys)
+        forget_near(state, [seq])
+
+    return forget
 
 
 def bands_of_committed(near: NearDedupIndex, rows: pa.Table, seq: int) -> Writer:
@@ -124,7 +140,8 @@ def finalise(
         return
     (key,) = keys  # an APPEND, or a REDECIDE (the rows it wrote are the chunk's rows now)
     rows = delta.rows_of_chunks([key])
-    record = (CommitRecord.parse(entry).result if entry else None) or {}
+    chunk = CommitRecord.parse(entry).chunk(seq) if entry else None
+    record = (chunk.result if chunk else None) or {}
     kept = int(pc.sum(rows["kept"]).as_py() or 0)
     malformed = int(record.get("rows_malformed", 0))
     result = ChunkResult(
@@ -143,15 +160,14 @@ def finalise(
     )
     funnel = [tuple(s) for s in record.get("funnel", [])]
     bands = bands_of_committed(near, rows, seq) if near is not None else None
-    state.finish_append(
-        seq,
-        result,
-        version,
-        rows.filter(rows["kept"]),
-        funnel,
-        run_id,
-        index_writer(index, rows, seq, bands),
-    )
+    forget = forget_written_ahead(state, index, keys, seq)
+    add = index_writer(index, rows, seq, bands)
+
+    def reindex() -> None:  # what was written ahead (if anything), then from the table
+        forget()
+        add()
+
+    state.finish_chunks(version, run_id, [FinishedChunk(seq, result, kept, funnel)], reindex)
 
 
 def finish_restore(state: StateStore, delta: DeltaStore, seq: int, version: int) -> None:
@@ -177,7 +193,8 @@ def reconcile(
             notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
         else:
             removed = delta.remove_unreferenced(intent_ns)
-            state.abandon_intent(seq, kind, keys, run_id)
+            forget = forget_written_ahead(state, index, keys, seq) if kind in CHUNK_KINDS else None
+            state.abandon_intent(seq, kind, keys, run_id, forget)
             notes.append(
                 f"commit {seq} ({kind}) never reached Delta; will redo it"
                 + (f"; removed {removed} orphan data file(s)" if removed else "")

@@ -11,9 +11,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from lakecurate.lake import atomic
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    pass
 
 SCHEMA_VERSION_KEY = "schema_version"
 # The tables readers see while an ingest holds the state file; the large index tables are left
@@ -39,6 +39,16 @@ SNAPSHOT_TABLES = (
     "commits",
     "lake_meta",
 )
+
+
+@dataclass(frozen=True)
+class FinishedChunk:
+    """A chunk a Delta commit carried, as the state records it."""
+
+    seq: int
+    result: ChunkResult
+    rows_kept: int
+    funnel: Sequence[Sequence[Any]]
 
 
 class StateStore:
@@ -332,10 +342,20 @@ class StateStore:
     def open_intents(self) -> list[tuple[int, str, list[str], int, int]]:
         return [tuple(r) for r in self._x("state.open_intents").fetchall()]
 
-    def abandon_intent(self, seq: int, kind: str, keys: Sequence[str], run_id: str) -> None:
+    def abandon_intent(
+        self,
+        seq: int,
+        kind: str,
+        keys: Sequence[str],
+        run_id: str,
+        forget: Callable[[], None] | None = None,
+    ) -> None:
         """A commit that never reached Delta: forget it; an APPEND's chunks go back to PENDING
-        (a REDECIDE's chunk stays SUCCESS and queued, its old rows untouched)."""
+        (a REDECIDE's chunk stays SUCCESS and queued, its old rows untouched). ``forget`` takes
+        the index rows the commit wrote ahead of Delta out, in the same transaction."""
         with self.transaction():
+            if forget is not None:
+                forget()
             if kind == "APPEND":
                 self._event(
                     keys,
@@ -394,48 +414,46 @@ class StateStore:
             redactions=json.loads(redactions) if redactions else {},
         )
 
-    def finish_append(
+    def finish_chunks(
         self,
-        seq: int,
-        result: ChunkResult,
         version: int,
-        kept: pa.Table,
-        funnel: Sequence[tuple[str, int, int]],
         run_id: str,
-        add_hashes: Any,
+        chunks: Sequence[FinishedChunk],
+        index: Callable[[], None] | None = None,
     ) -> None:
-        """Mark the chunk SUCCESS, record its funnel, and index its kept hashes: one transaction.
-
-        ``add_hashes`` is the index's writer, called with ``kept`` inside the transaction.
-        """
-        key = result.chunk_key
+        """Mark chunks SUCCESS at ``version`` (one Delta commit carried them all) and record
+        their funnels: one transaction. ``index`` writes their membership-index rows and bands
+        in it too (recovery; an ingest wrote them before its Delta commit)."""
         with self.transaction():
-            add_hashes(kept)
-            self._x("state.clear_filter_stats", {"keys": [key]})
-            self.add_funnel(key, funnel)
-            faults.hit("during_state_update", key)
-            self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
-            rows_kept = kept.num_rows
-            self.unqueue_redecide([key])
-            self._x(
-                "state.succeed_chunk",
-                {
-                    "key": key,
-                    "version": version,
-                    "seq": seq,
-                    "rows_in": result.rows_in,
-                    "rows_kept": rows_kept,
-                    "rows_dropped": result.rows_in - rows_kept - result.rows_malformed,
-                    "rows_malformed": result.rows_malformed,
-                    "worker": result.worker or None,
-                    "gate_violations": "; ".join(result.gate_violations) or None,
-                    "redactions": json.dumps(result.redactions) if result.redactions else None,
-                },
-            )
-            self._x(
-                "state.finish_commit",
-                {"seq": seq, "version": version, "added": result.rows_in, "removed": 0},
-            )
+            if index is not None:
+                index()
+            for done in chunks:
+                result = done.result
+                key = result.chunk_key
+                self._x("state.clear_filter_stats", {"keys": [key]})
+                self.add_funnel(key, done.funnel)
+                faults.hit("during_state_update", key)
+                self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
+                self.unqueue_redecide([key])
+                self._x(
+                    "state.succeed_chunk",
+                    {
+                        "key": key,
+                        "version": version,
+                        "seq": done.seq,
+                        "rows_in": result.rows_in,
+                        "rows_kept": done.rows_kept,
+                        "rows_dropped": result.rows_in - done.rows_kept - result.rows_malformed,
+                        "rows_malformed": result.rows_malformed,
+                        "worker": result.worker or None,
+                        "gate_violations": "; ".join(result.gate_violations) or None,
+                        "redactions": json.dumps(result.redactions) if result.redactions else None,
+                    },
+                )
+                self._x(
+                    "state.finish_commit",
+                    {"seq": done.seq, "version": version, "added": result.rows_in, "removed": 0},
+                )
 
     def finish_commit(self, seq: int, version: int) -> None:
         """Mark a commit intent DONE (for commits that change no chunk row themselves)."""

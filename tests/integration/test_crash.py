@@ -13,9 +13,17 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from helpers import ROOT, cli_env, lake_rows, lakecurate_cmd, run_lakecurate
+from helpers import (
+    ROOT,
+    cli_env,
+    lake_rows,
+    lakecurate_cmd,
+    log_chunk_versions,
+    run_lakecurate,
+)
 
 from lakecurate import Lake
+from lakecurate.lake.record import CommitRecord
 
 
 def ingest_args(corpus: Path, lake: Path, small_cfg: Path) -> tuple[object, ...]:
@@ -35,12 +43,8 @@ def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignor
     on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")}
     assert on_disk == referenced  # no orphan data file from an interrupted write
     lk = Lake.open(lake)
-    committed = {}
-    for entry in dt.history():
-        if "lakecurate.chunk_key" in entry:
-            key = entry["lakecurate.chunk_key"]
-            assert key not in committed, f"{key} committed twice"
-            committed[key] = entry["version"]
+    committed, twice = log_chunk_versions(dt)
+    assert twice == []
     success = dict(
         lk.sql("SELECT chunk_key, delta_version FROM chunks WHERE status = 'SUCCESS'").rows
     )
@@ -66,16 +70,24 @@ POINTS = [
 ]
 
 
+@pytest.fixture
+def group_cfg(small_cfg: Path, tmp_path: Path) -> Path:
+    """``small_cfg`` with Delta commits of three chunks: a kill leaves groups on either side."""
+    cfg = tmp_path / "groups.toml"
+    cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\ncommit_chunks = 3\n"))
+    return cfg
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_kill_at_point_then_rerun(
     point: str,
     corpus: Path,
-    small_cfg: Path,
+    group_cfg: Path,
     small_reference: list,  # type: ignore[type-arg]
     tmp_path: Path,
 ) -> None:
     lake = tmp_path / "lake"
-    args = ingest_args(corpus, lake, small_cfg)
+    args = ingest_args(corpus, lake, group_cfg)
     killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     done = run_lakecurate(*args)
@@ -189,3 +201,63 @@ def test_damaged_staged_file_is_redone_not_committed(
     assert Lake.open(lake).sql(
         "SELECT count(*) FROM documents WHERE text LIKE 'tampered%' OR md5(text) <> content_hash"
     ).rows == [(0,)]
+
+
+GROUP_POINTS = [
+    "index_ahead:kill:web_a_00004",  # a chunk decided, its index rows written ahead
+    "after_delta_commit:kill:web_a_00004",  # the group in the log, its state not updated
+    pytest.param("before_delta_commit:kill:web_a_00004", marks=pytest.mark.slow),
+    pytest.param("delta_write:kill:web_a_00004", marks=pytest.mark.slow),
+    pytest.param("during_state_update:kill:web_a_00004", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("point", GROUP_POINTS)
+def test_kill_inside_a_group_then_rerun(
+    point: str,
+    corpus: Path,
+    group_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """Groups of three chunks, killed in the middle of a later group: the groups already in
+    the log stay as they are, the interrupted one is finished or redone, and the lake equals
+    a clean run (made with the default grouping)."""
+    lake = tmp_path / "lake"
+    args = ingest_args(corpus, lake, group_cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    before, _ = log_chunk_versions(DeltaTable(str(lake / "documents")))
+    assert len(before) >= 3  # at least one earlier group was committed before the kill
+    done = run_lakecurate(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_consistent(lake, small_reference)
+    after, _ = log_chunk_versions(DeltaTable(str(lake / "documents")))
+    assert {k: after[k] for k in before} == before  # nothing committed was committed again
+    sizes = [
+        len(CommitRecord.parse(e).chunks) for e in DeltaTable(str(lake / "documents")).history()
+    ]
+    assert max(sizes) <= 3
+
+
+def test_grouping_changes_no_decision(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """One commit per chunk (``commit_seconds = 0``) and one per two chunks give the lake a
+    default run gives, in as many Delta commits as the grouping says."""
+    for extra, per_commit in (
+        ("commit_seconds = 0\n", 1),
+        ("commit_chunks = 2\ncommit_seconds = 1000\n", 2),
+    ):
+        cfg = tmp_path / f"{per_commit}.toml"
+        cfg.write_text(small_cfg.read_text().replace("[ingest]\n", f"[ingest]\n{extra}"))
+        lake = tmp_path / f"lake{per_commit}"
+        report = Lake.open(lake).ingest([corpus], config=cfg, workers=2)
+        assert report.ok
+        assert lake_rows(lake) == small_reference
+        history = DeltaTable(str(lake / "documents")).history()
+        assert len(history) == -(-report.chunks_committed // per_commit)
+        assert {len(CommitRecord.parse(e).chunks) for e in history} <= {1, per_commit}

@@ -109,17 +109,16 @@ def test_history_names_chunks_runs_and_config(built: Built) -> None:
     config_hash = lake.config().hash
     assert {h["config_hash"] for h in history} == {config_hash}
     assert len({h["run_id"] for h in history}) == 3
-    # every chunk commit agrees with the state: its chunk's seq and Delta version
-    chunks = {
-        r[0]: (r[1], r[2])
-        for r in lake.sql(
-            "SELECT chunk_key, commit_seq, delta_version FROM chunks WHERE status = 'SUCCESS'"
-        ).rows
-    }
-    appends = {
-        h["chunk_keys"][0]: (h["seq"], h["version"]) for h in history if h["operation"] == "APPEND"
-    }
-    assert chunks.items() <= appends.items()
+    # every chunk commit agrees with the state: the commit of the chunk's Delta version names
+    # it, and carries its seq (a group commit's seq is the last of its chunks' seqs)
+    chunks = lake.sql(
+        "SELECT chunk_key, commit_seq, delta_version FROM chunks WHERE status = 'SUCCESS'"
+    ).rows
+    by_version = {h["version"]: h for h in history if h["operation"] == "APPEND"}
+    for key, seq, version in chunks:
+        assert key in by_version[version]["chunk_keys"]
+        group = by_version[version]["chunk_keys"]
+        assert by_version[version]["seq"] == seq + len(group) - 1 - group.index(key)
     (superseded,) = [h for h in history if h["operation"] == "SUPERSEDE"]
     assert superseded["rows_removed"] > 0
     assert lake.sql(
@@ -226,8 +225,11 @@ def test_explain_traces_a_document_to_its_source(built: Built) -> None:
     assert row["chunk_status"] == "SUCCESS" and row["run_command"] == "ingest"
     assert row["config_hash"] == lake.config().hash
     history = {h["version"]: h for h in lake.history().dicts()}
-    assert history[row["committed_in_version"]]["chunk_keys"] == [row["chunk_key"]]
-    assert history[row["committed_in_version"]]["seq"] == row["commit_seq"]
+    group = history[row["committed_in_version"]]["chunk_keys"]  # the commit names its chunks
+    assert row["chunk_key"] in group
+    assert history[row["committed_in_version"]]["seq"] == row["commit_seq"] + len(group) - 1 - (
+        group.index(row["chunk_key"])
+    )
     line = lake.sql("SELECT source_line FROM documents WHERE id = 'late-2'").rows[0][0]
     assert row["source_line"] == line
     assert [r[:3] for r in ex.related.rows] == [("original", "web_a-0", True)]

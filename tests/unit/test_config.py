@@ -93,6 +93,9 @@ def test_chunk_size_from_dict() -> None:
             [
                 "chunk_size",
                 "chunk_timeout",
+                "commit_bytes",
+                "commit_chunks",
+                "commit_seconds",
                 "heartbeat_timeout",
                 "max_attempts",
                 "max_compressed_chunk_bytes",

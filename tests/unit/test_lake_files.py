@@ -13,6 +13,7 @@ from lakecurate.lake.record import (
     RESTORE,
     SEQ_KEY,
     SUPERSEDE,
+    ChunkRecord,
     CommitRecord,
 )
 
@@ -25,27 +26,28 @@ CHUNK = {"rows_in": 3, "rows_kept": 2, "rows_malformed": 0, "funnel": [["parse",
         CommitRecord(
             APPEND,
             "run-1",
-            chunk_key="a_00000_x",
+            chunks=(ChunkRecord("a_00000_x", 10, 3, 2, CHUNK),),
             config_hash="h",
-            rows_in=3,
-            rows_kept=2,
-            result=CHUNK,
             config_text="[dedup]\nexact = true\n",
         ),
         CommitRecord(
-            REDECIDE,
-            "run-2",
-            chunk_key="a_00000_x",
+            APPEND,
+            "run-1",
+            chunks=(
+                ChunkRecord("a_00000_x", 10, 3, 2, CHUNK),
+                ChunkRecord("a_00001_y", 11, 5, 4, CHUNK),
+                ChunkRecord("b_00000_z", 12, 0, 0, CHUNK),
+            ),
             config_hash="h",
-            rows_in=3,
-            rows_kept=1,
-            result=CHUNK,
+        ),
+        CommitRecord(
+            REDECIDE, "run-2", chunks=(ChunkRecord("a_00000_x", 12, 3, 1, CHUNK),), config_hash="h"
         ),
         CommitRecord(SUPERSEDE, "run-3", superseded=("a_00000_x", "b_00001_y")),
         CommitRecord(RESTORE, "run-4", restored=7),
         CommitRecord("COMPACT", "run-5"),
     ],
-    ids=lambda r: r.kind,
+    ids=["APPEND", "APPEND-group", "REDECIDE", "SUPERSEDE", "RESTORE", "COMPACT"],
 )
 def test_a_record_reads_back_as_it_was_written(record: CommitRecord) -> None:
     entry = {SEQ_KEY: "12", "operation": "WRITE", **record.metadata()}
@@ -53,6 +55,27 @@ def test_a_record_reads_back_as_it_was_written(record: CommitRecord) -> None:
     back = CommitRecord.parse(entry)
     assert back.seq == 12
     assert back == CommitRecord(**{**record.__dict__, "seq": 12})
+
+
+def test_a_group_commit_names_each_chunk_and_its_own_seq() -> None:
+    chunks = (ChunkRecord("a", 7, 3, 2, CHUNK), ChunkRecord("b", 8, 5, 1, CHUNK))
+    back = CommitRecord.parse({SEQ_KEY: "8", **CommitRecord(APPEND, "r", chunks=chunks).metadata()})
+    assert back.chunk_keys == ["a", "b"]
+    assert (back.rows_in, back.rows_kept) == (8, 3)
+    assert back.chunk(7) == chunks[0] and back.chunk(8) == chunks[1] and back.chunk(9) is None
+
+
+def test_a_record_written_before_groups_reads_as_one_chunk() -> None:
+    entry = {
+        SEQ_KEY: "4",
+        "lakecurate.chunk_key": "k",
+        "lakecurate.rows_in": "3",
+        "lakecurate.rows_kept": "2",
+        "lakecurate.result": '{"rows_in": 3}',
+    }
+    back = CommitRecord.parse(entry)
+    assert back.kind == APPEND
+    assert back.chunks == (ChunkRecord("k", 4, 3, 2, {"rows_in": 3}),)
 
 
 def test_a_commit_lakecurate_did_not_make_has_no_kind() -> None:
@@ -63,7 +86,8 @@ def test_a_commit_lakecurate_did_not_make_has_no_kind() -> None:
 def test_a_damaged_result_is_read_as_missing_not_raised() -> None:
     entry = {SEQ_KEY: "3", "lakecurate.chunk_key": "k", "lakecurate.result": "{not json"}
     back = CommitRecord.parse(entry)
-    assert (back.kind, back.chunk_keys, back.result) == (APPEND, ["k"], None)
+    assert (back.kind, back.chunk_keys, back.chunks[0].result) == (APPEND, ["k"], None)
+    assert CommitRecord.parse({SEQ_KEY: "3", "lakecurate.chunks": "[{not json"}).chunks == ()
 
 
 def test_replacing_publishes_the_file_only_when_the_block_succeeds(tmp_path: Path) -> None:
