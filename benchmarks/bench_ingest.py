@@ -297,13 +297,14 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
     How commit time is measured (the honest way): we wrap, in this driver process, the methods
     the runner calls for each chunk, with ``time.perf_counter`` around them:
 
-    * ``DeltaStore.append``: exactly one Delta commit (the chunk's Parquet data file write plus
-      the ``_delta_log`` JSON commit with its app transaction): "time per Delta commit";
-    * ``Committer.commit``: the whole serial, driver-side cost of one chunk (read the staged
-      Parquet, lake-wide dedup against the DuckDB index, intent transaction, Delta commit,
-      SUCCESS transaction, unlink of the staged file); its sum over the run is how much of the
-      wall time the single-threaded driver is busy committing;
-    * ``StateStore.finish_append``: the DuckDB SUCCESS transaction (index insert, filter stats).
+    * ``DeltaStore.commit_files``: exactly one Delta commit (the ``_delta_log`` JSON commit
+      naming a group's data files, with its app transaction): "time per Delta commit";
+    * ``Committer.stage`` + ``Committer.commit_group``: the whole serial, driver-side cost of the
+      chunks (read the staged Parquet, lake-wide dedup against the DuckDB index, intent and
+      index transactions, data files, the group's Delta commit and SUCCESS transaction, unlink
+      of the staged files); its sum over the run is how much of the wall time the
+      single-threaded driver is busy committing;
+    * ``StateStore.finish_chunks``: the DuckDB SUCCESS transaction of a group (funnels, events).
 
     Timing from the state tables instead would be dishonest: gaps between SUCCESS events in
     ``chunk_events`` measure worker throughput whenever workers are the bottleneck, and
@@ -356,15 +357,16 @@ def child_fresh(spec: dict[str, Any]) -> dict[str, Any]:
                 timings["worker_seconds"].append(float(a.seconds or 0.0))
                 return
 
-    timed(DeltaStore, "append", "delta_append")
+    timed(DeltaStore, "commit_files", "delta_append")  # one per group of chunks
     timed(
         Committer,
-        "commit",
+        "stage",
         "committer_commit",
         worker_seconds,
         rss_now if os.path.exists("/proc/self/statm") else None,
     )
-    timed(StateStore, "finish_append", "finish_append")
+    timed(Committer, "commit_group", "committer_commit")  # the driver's time: both add up
+    timed(StateStore, "finish_chunks", "finish_append")
 
     profiler = None
     if spec.get("profile"):
