@@ -25,7 +25,9 @@ What it does:
 
 Prints a JSON summary and writes it to ``benchmarks/results/chaos.json`` (``--out``): kills
 survived, documents lost (must be 0), duplicated (must be 0), rows differing, extra Delta
-versions vs the clean run, time lost per kill (total campaign wall time minus the clean run's,
+versions vs the clean run (informative: chunks are committed in groups, and a killed run commits
+the groups it finished, so the number of commits may differ; that each chunk is in the log once
+is one of the checks), time lost per kill (total campaign wall time minus the clean run's,
 divided by the kills), and where the kills landed. Exit code 0 only when everything holds.
 
 Run from the repository root with the project's virtualenv::
@@ -404,7 +406,6 @@ def campaign(
         and diff["rows_differing"] == 0
         and diff["documents_extra"] == 0
         and diff["identity_set_equal"]
-        and extra_versions == 0
         and killed == kills
     )
     return summary

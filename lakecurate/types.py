@@ -81,3 +81,18 @@ class ChunkResult:
     worker: str = ""
     redactions: dict[str, int] = field(default_factory=dict)  # PII type -> matches replaced
     gate_violations: list[str] = field(default_factory=list)  # quality gates this chunk broke
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt at a chunk ended, as an executor reports it to the scheduler: a
+    ``result``, or an ``error`` (with ``why`` when the cause is known better than the
+    exception says, e.g. the signal its worker died of), or ``blameless``: it did not run to
+    the end through no fault of its own (another worker's death broke the pool), so it runs
+    again without using up an attempt."""
+
+    key: str
+    result: ChunkResult | None = None
+    error: BaseException | None = None
+    why: str | None = None
+    blameless: bool = False

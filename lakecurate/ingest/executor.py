@@ -1,5 +1,6 @@
 """Where workers run. ``local``: a pool of processes (Python UDFs hold the GIL, so processes, not
-threads), started with ``spawn`` because deltalake panics in a forked child.
+threads), started with ``spawn`` because deltalake panics in a forked child. It implements the
+scheduler's ``Executor`` protocol (``ingest.scheduler``): submit, collect outcomes, watch.
 
 Each worker process beats: while it works on a chunk, a daemon thread sends ``(chunk_key, pid)``
 to the driver every ``BEAT_SECONDS``. A stopped, frozen or GIL-starved process stops beating,
@@ -15,12 +16,13 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 from lakecurate.ingest.worker import process_chunk
-from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, Outcome, WorkOrder
 
 BEAT_SECONDS = 1.0
 
@@ -77,6 +79,9 @@ class LocalExecutor:
         self._pool: ProcessPoolExecutor | None = None
         self._beats: Any = None
         self.running: dict[str, Running] = {}
+        self._futures: dict[Future[ChunkResult], str] = {}
+        self._blameless: list[str] = []  # refused by a pool that broke: to run again
+        self._killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -90,8 +95,87 @@ class LocalExecutor:
             )
         return self._pool
 
-    def submit(self, spec: ChunkSpec, order: WorkOrder) -> Future[ChunkResult]:
-        return self._ensure().submit(_run, spec, order)
+    # -- the Executor protocol -----------------------------------------------------------
+    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
+        try:
+            future = self._ensure().submit(_run, spec, order)
+        except BrokenProcessPool:  # broke since the last collect: not this chunk's fault
+            self._blameless.append(spec.chunk_key)
+            if not self._futures:  # an idle worker died: nothing to account for
+                self.reset()
+            return
+        self._futures[future] = spec.chunk_key
+
+    def inflight(self) -> int:
+        return len(self._futures) + len(self._blameless)
+
+    def started(self) -> list[str]:
+        return [k for k in self._futures.values() if k in self.running]
+
+    def collect(self, timeout: float) -> list[Outcome]:
+        """Outcomes of the chunks that finished (waiting up to ``timeout`` for the first).
+
+        When the pool breaks every future fails: each worker that died by itself is blamed
+        for its chunk (with the signal), a chunk whose hung worker ``watch`` killed gets that
+        reason, and the innocent bystanders come back blameless, to be run again.
+        """
+        out = [Outcome(k, blameless=True) for k in self._blameless]
+        self._blameless.clear()
+        if not self._futures:
+            return out
+        inflight = set(self._futures.values())
+        done, _ = wait(
+            list(self._futures), timeout=0 if out else timeout, return_when=FIRST_COMPLETED
+        )
+        self.collect_beats(inflight)
+        broken = any(
+            not f.cancelled() and isinstance(f.exception(), BrokenProcessPool) for f in done
+        )
+        crashed: dict[int, int] = {}
+        if broken:  # every future of the pool fails: take them all, then say who died
+            crashed = self.crashed()
+            done = done | wait(list(self._futures), timeout=30).done
+        for fut in done:
+            key = self._futures.pop(fut)
+            pid = self.pid_of(key)
+            self.running.pop(key, None)
+            if fut.cancelled():  # the pool was shut down under it
+                out.append(Outcome(key, blameless=True))
+                continue
+            try:
+                out.append(Outcome(key, result=fut.result()))
+            except BrokenProcessPool as exc:
+                if key in self._killed:
+                    why = self._killed.pop(key)
+                elif pid in crashed:
+                    why = (
+                        f"its worker (pid {pid}) died of signal {-crashed[pid]} "
+                        "(killed, or out of memory?)"
+                    )
+                elif self._killed or crashed:  # an innocent bystander of another's death
+                    out.append(Outcome(key, blameless=True))
+                    continue
+                else:
+                    why = "a worker process died (killed, or out of memory?)"
+                out.append(Outcome(key, error=exc, why=why))
+            except Exception as exc:
+                out.append(Outcome(key, error=exc))
+        if broken:
+            self.reset()
+            self._killed.clear()
+        return out
+
+    def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
+        """Kill the worker of every chunk that stopped beating or ran out of time; its chunk
+        comes back from ``collect`` failed, with the reason."""
+        keys = set(self._futures.values())  # beats were collected by the last collect
+        for key, why in self.hung(
+            sorted(keys - set(self._killed)), heartbeat_timeout, chunk_timeout
+        ).items():
+            self.kill(key)
+            self._killed[key] = why
+
+    # -- the process pool ---------------------------------------------------------------
 
     def collect_beats(self, inflight: set[str]) -> None:
         """Take every beat that arrived, without waiting (late ones of finished chunks drop)."""
@@ -160,9 +244,6 @@ class LocalExecutor:
                 out[pid] = code
         return out
 
-    def done(self, key: str) -> None:
-        self.running.pop(key, None)
-
     def reset(self) -> None:
         """Drop a broken pool; the next submit starts fresh processes."""
         if self._pool is not None:
@@ -175,6 +256,9 @@ class LocalExecutor:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._close_beats()
+        self._futures.clear()
+        self._blameless.clear()
+        self._killed.clear()
 
     def _close_beats(self) -> None:
         if self._beats is not None:

@@ -1,0 +1,278 @@
+"""The scheduler of one ingest, in named verbs over an ``Executor``.
+
+``submit`` feeds the executor (a chunk whose staged file is already there skips the workers),
+``collect`` takes what finished, ``blame`` records a failed attempt (retried with backoff, DEAD
+after ``max_attempts``, or the run stopped for a full disk), ``retry`` puts a chunk back when its
+backoff is over, and ``commit`` decides the chunks at the frontier in chunk-key order and commits
+them to Delta in groups. Workers run ahead in any order; the frontier alone decides, which is
+why parallelism, crashes and retries never change which document of a duplicate group is kept.
+
+An ``Executor`` is where chunks run: the local process pool (``ingest.executor``) today, a
+cluster next; the unit tests drive the scheduler with a fake one (crashes, hangs, completions
+out of order) and no processes.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from lakecurate.config import Config
+from lakecurate.errors import chunk_failure, disk_full
+from lakecurate.ingest.commit import Committer
+from lakecurate.ingest.staging import read_staged_result, staged_name
+from lakecurate.progress import Reporter
+from lakecurate.store.state import StateStore
+from lakecurate.types import ChunkResult, ChunkSpec, Outcome, WorkOrder
+
+HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
+POLL_SECONDS = 1.0  # how often the driver looks at worker beats
+SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
+
+
+class Executor(Protocol):
+    """Where chunks run. Every submitted chunk comes back from ``collect`` exactly once per
+    submission, as an ``Outcome``, however its attempt ended."""
+
+    workers: int  # chunks it runs at once (the scheduler keeps twice as many submitted)
+
+    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None: ...
+
+    def inflight(self) -> int:
+        """Chunks submitted whose outcome ``collect`` has not returned yet."""
+        ...
+
+    def started(self) -> list[str]:
+        """Chunks a worker is working on now (their heartbeats go into the state)."""
+        ...
+
+    def collect(self, timeout: float) -> list[Outcome]:
+        """The outcomes ready, waiting up to ``timeout`` seconds for the first."""
+        ...
+
+    def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
+        """Stop every chunk whose worker is silent or over time (it comes back failed)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class IngestReport:
+    """What one ``ingest`` did; the CLI renders it, tests assert on it."""
+
+    run_id: str
+    files: int = 0
+    files_read: int = 0
+    chunks_planned: int = 0
+    chunks_todo: int = 0
+    chunks_committed: int = 0
+    chunks_from_staging: int = 0
+    rows_in: int = 0
+    rows_kept: int = 0
+    rows_superseded: int = 0
+    chunks_redecided: int = 0  # committed chunks decided again: they pointed at removed rows
+    dead: list[tuple[str, str]] = field(default_factory=list)
+    file_errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    index: dict[str, float] = field(default_factory=dict)  # membership-index counters
+
+    @property
+    def ok(self) -> bool:
+        return not self.dead and not self.file_errors
+
+    @property
+    def outcome(self) -> str:
+        if self.dead:
+            return "DEAD_CHUNKS"
+        if self.file_errors:
+            return "FILE_ERRORS"
+        changed = self.chunks_todo or self.rows_superseded or self.chunks_redecided
+        return "OK" if changed else "NOTHING_TO_DO"
+
+
+class Scheduler:
+    """Feeds the executor, collects outcomes, commits in key order, retries with backoff."""
+
+    def __init__(
+        self,
+        state: StateStore,
+        committer: Committer,
+        reporter: Reporter,
+        report: IngestReport,
+        cfg: Config,
+        order: WorkOrder,
+        executor: Executor,
+        snapshot: Path,
+    ) -> None:
+        self.state, self.committer, self.reporter = state, committer, reporter
+        self.snapshot = snapshot
+        self.published = time.monotonic()
+        self.report, self.cfg, self.order = report, cfg, order
+        self.executor = executor
+        self.queue: deque[ChunkSpec] = deque()
+        self.by_key: dict[str, ChunkSpec] = {}
+        self.attempts: dict[str, int] = {}
+        self.results: dict[str, ChunkResult] = {}
+        self.retry_at: dict[str, float] = {}
+        self.dead: set[str] = set()
+        self.commit_order: list[str] = []
+        self.frontier = 0
+        self.group_bytes = 0  # input bytes of the committer's open group
+        self.group_opened = 0.0
+
+    def run(self, specs: list[ChunkSpec], attempts: dict[str, int]) -> None:
+        """Every chunk of ``specs`` committed or DEAD (``attempts``: those used so far)."""
+        self.queue = deque(specs)
+        self.by_key = {s.chunk_key: s for s in specs}
+        self.commit_order = [s.chunk_key for s in specs]
+        self.attempts = attempts
+        ing = self.cfg.ingest
+        last_beat = time.monotonic()
+        try:
+            while self.frontier < len(self.commit_order):
+                self.retry()
+                self.submit()
+                self.commit()
+                if self.frontier >= len(self.commit_order) or not (
+                    self.executor.inflight() or self.retry_at or self.queue
+                ):
+                    break
+                timeout = POLL_SECONDS
+                if self.retry_at:
+                    timeout = max(0.0, min(timeout, min(self.retry_at.values()) - time.monotonic()))
+                if self.executor.inflight():
+                    for outcome in self.executor.collect(timeout):
+                        self.collect(outcome)
+                elif self.retry_at:
+                    time.sleep(timeout)
+                self.executor.watch(ing.heartbeat_timeout, ing.chunk_timeout)
+                if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
+                    self.state.heartbeat(self.executor.started())
+                    last_beat = time.monotonic()
+            self.flush()
+        finally:
+            self.executor.close()
+        self.report.dead = sorted(
+            set(self.report.dead) | {(k, e) for k, e in self.state.dead_in(list(self.dead))}
+        )
+
+    # -- the verbs ------------------------------------------------------------------------
+    def retry(self) -> None:
+        """Back to the front of the queue: every chunk whose backoff is over."""
+        now = time.monotonic()
+        for key in [k for k, t in self.retry_at.items() if t <= now]:
+            del self.retry_at[key]
+            self.queue.appendleft(self.by_key[key])
+
+    def submit(self) -> None:
+        """Keep the executor fed (two chunks per worker); a chunk already staged by an
+        earlier run goes straight to the commit frontier."""
+        while self.queue and self.executor.inflight() < 2 * self.executor.workers:
+            spec = self.queue.popleft()
+            staged = self._staged(spec)
+            if staged is not None:
+                self.results[spec.chunk_key] = staged
+                self.report.chunks_from_staging += 1
+                continue
+            self.state.start(spec.chunk_key, self.report.run_id)
+            self.attempts[spec.chunk_key] = self.attempts.get(spec.chunk_key, 0) + 1
+            self.executor.submit(spec, self.order)
+
+    def collect(self, outcome: Outcome) -> None:
+        """One attempt's outcome: a result waits for the frontier, a failure is blamed, a
+        blameless one runs again without using up an attempt."""
+        key = outcome.key
+        if outcome.result is not None:
+            self.results[key] = outcome.result
+        elif outcome.blameless:
+            self.attempts[key] -= 1
+            self.queue.appendleft(self.by_key[key])
+        else:
+            assert outcome.error is not None
+            self.blame(key, outcome.error, outcome.why)
+
+    def blame(self, key: str, exc: BaseException, why: str | None = None) -> None:
+        """A failed attempt: retried after a backoff, DEAD when final or out of attempts."""
+        verdict = chunk_failure(exc)  # the one place that decides stop / final / retry
+        if verdict == "stop":  # not the chunk's fault: stop the run, the chunk stays PENDING
+            raise disk_full(exc, f"a worker wrote the staged file of {key}") from exc
+        message = why or f"{type(exc).__name__}: {exc}"
+        tb = "".join(traceback.format_exception(exc))
+        used = self.attempts.get(key, 0)
+        is_dead = verdict == "final" or used >= self.cfg.ingest.max_attempts
+        self.state.fail(key, is_dead, message, tb, "", self.report.run_id)
+        self.reporter.chunk_failed(key, message, is_dead)
+        if is_dead:
+            self.dead.add(key)
+        else:
+            backoff = self.cfg.ingest.retry_backoff * 2 ** (max(used, 1) - 1)
+            self.retry_at[key] = time.monotonic() + backoff
+
+    def commit(self) -> None:
+        """Decide every chunk at the frontier that is ready, in chunk-key order (a DEAD one is
+        passed over); commit the open group when it is full or has been open too long."""
+        while self.frontier < len(self.commit_order):
+            key = self.commit_order[self.frontier]
+            if key in self.dead:
+                self.frontier += 1
+            elif key in self.results:
+                self._stage(self.by_key[key], self.results.pop(key))
+                self.frontier += 1
+            else:
+                break
+        if self.committer.group and (
+            time.monotonic() - self.group_opened >= self.cfg.ingest.commit_seconds
+        ):
+            self.flush()  # the frontier waits: commit what is decided meanwhile
+
+    def flush(self) -> None:
+        """One Delta commit for the decided chunks of the open group."""
+        specs = {d.key: d.spec for d in self.committer.group}
+        self.group_bytes = 0
+        outcomes = self.committer.commit_group()
+        for outcome in outcomes:
+            self.report.chunks_committed += 1
+            self.report.rows_in += outcome.rows_in
+            self.report.rows_kept += outcome.rows_kept
+            self.reporter.chunk_done(
+                outcome.chunk_key,
+                specs[outcome.chunk_key].input_bytes,
+                outcome.rows_in,
+                outcome.rows_kept,
+            )
+        if outcomes and time.monotonic() - self.published > SNAPSHOT_SECONDS:
+            self.state.publish_snapshot(self.snapshot)
+            self.published = time.monotonic()
+
+    # -- helpers --------------------------------------------------------------------------
+    def _stage(self, spec: ChunkSpec, result: ChunkResult) -> None:
+        """Decide the chunk at the frontier; commit its group once the group is full."""
+        if not self.committer.group:
+            self.group_opened = time.monotonic()
+        self.committer.stage(spec, result)
+        self.group_bytes += spec.input_bytes
+        ing = self.cfg.ingest
+        if (
+            len(self.committer.group) >= ing.commit_chunks
+            or self.group_bytes >= ing.commit_bytes
+            or ing.commit_seconds == 0
+        ):
+            self.flush()
+
+    def _staged(self, spec: ChunkSpec) -> ChunkResult | None:
+        path = Path(self.order.staging_dir) / staged_name(spec.chunk_key, self.order.config_hash)
+        result = read_staged_result(path)
+        if (
+            result is None
+            or result.chunk_key != spec.chunk_key
+            or result.input_sha256 != spec.input_sha256
+        ):
+            return None
+        result.staged_path = str(path)
+        return result

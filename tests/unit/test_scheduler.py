@@ -1,0 +1,190 @@
+"""The scheduler over a fake executor: completions out of order, crashes, hangs, a broken pool.
+
+The fake runs the real worker function in this process (no worker processes), so every chunk
+is really parsed, filtered, staged, decided and committed into a real lake; only *when* and
+*how* each attempt ends is scripted. Whatever the script, the lake must equal the clean run's.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from helpers import lake_rows
+
+from lakecurate import Lake
+from lakecurate import config as configuration
+from lakecurate.ingest.chunking import find_inputs
+from lakecurate.ingest.runner import IngestReport, ingest
+from lakecurate.ingest.worker import process_chunk
+from lakecurate.lake.paths import LakePaths
+from lakecurate.types import ChunkSpec, Outcome, WorkOrder
+
+
+@dataclass
+class FakeExecutor:
+    """Runs chunks in-process; ``fate(key, attempt)`` says how an attempt ends: ``"ok"``,
+    ``"crash"`` (its worker died), ``"hang"`` (never ends until ``watch`` stops it),
+    ``"bystander"`` (another worker's death took it down: blameless) or ``"raise"``."""
+
+    workers: int
+    fate: Callable[[str, int], str]
+    shuffle: random.Random | None = None
+    pending: list[tuple[ChunkSpec, WorkOrder]] = field(default_factory=list)
+    hanging: dict[str, tuple[ChunkSpec, WorkOrder]] = field(default_factory=dict)
+    stopped: list[Outcome] = field(default_factory=list)
+    attempts: dict[str, int] = field(default_factory=dict)
+    log: list[tuple[str, str]] = field(default_factory=list)  # (what happened, chunk)
+
+    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
+        self.pending.append((spec, order))
+
+    def inflight(self) -> int:
+        return len(self.pending) + len(self.hanging) + len(self.stopped)
+
+    def started(self) -> list[str]:
+        return [s.chunk_key for s, _ in self.pending] + list(self.hanging)
+
+    def collect(self, timeout: float) -> list[Outcome]:
+        batch, self.pending = self.pending, []
+        if self.shuffle is not None:
+            self.shuffle.shuffle(batch)
+        else:
+            batch.reverse()  # the last submitted finishes first
+        out, self.stopped = self.stopped, []
+        for spec, order in batch:
+            key = spec.chunk_key
+            self.attempts[key] = attempt = self.attempts.get(key, 0) + 1
+            fate = self.fate(key, attempt)
+            self.log.append((fate, key))
+            if fate == "ok":
+                out.append(Outcome(key, result=process_chunk(spec, order)))
+            elif fate == "crash":
+                error = BrokenProcessPool("A process in the process pool was terminated abruptly")
+                out.append(Outcome(key, error=error, why="its worker (pid 1) died of signal 9"))
+            elif fate == "hang":
+                self.hanging[key] = (spec, order)
+            elif fate == "bystander":
+                self.attempts[key] -= 1  # it never ran to the end: not an attempt
+                out.append(Outcome(key, blameless=True))
+            else:
+                out.append(Outcome(key, error=RuntimeError(f"injected failure of {key}")))
+        return out
+
+    def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
+        for key in list(self.hanging):
+            del self.hanging[key]
+            why = f"no heartbeat from worker pid 1 (heartbeat_timeout = {heartbeat_timeout:g} s)"
+            self.stopped.append(Outcome(key, error=BrokenProcessPool(why), why=why))
+
+    def close(self) -> None:
+        self.pending.clear()
+        self.hanging.clear()
+
+
+def run(corpus: Path, cfg_path: Path, lake: Path, fake: FakeExecutor) -> IngestReport:
+    paths = LakePaths(lake)
+    cfg = configuration.load(cfg_path)
+    return ingest(paths, find_inputs([str(corpus)], lake), cfg, executor=lambda _n: fake)
+
+
+def victim(corpus: Path, cfg_path: Path, tmp_path: Path) -> str:
+    """A chunk key in the middle of the commit order (planned by a first, fake-free look)."""
+    from lakecurate.ingest.plan import make_plan
+    from lakecurate.store.state import StateStore
+
+    state = StateStore.open(tmp_path / "plan.duckdb")
+    try:
+        inputs = find_inputs([str(corpus)], tmp_path)
+        plan = make_plan(inputs, configuration.load(cfg_path).ingest.chunk_size, state, False)
+    finally:
+        state.close()
+    keys = sorted(s.chunk_key for s in plan.specs)
+    return keys[len(keys) // 2]
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_completions_out_of_order_change_nothing(
+    order: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    shuffle = random.Random(5) if order == "shuffled" else None
+    fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok and report.chunks_committed == len(fake.attempts)
+    assert lake_rows(tmp_path / "lake") == small_reference
+
+
+@pytest.mark.parametrize("fate", ["crash", "hang", "raise"])
+def test_a_failed_attempt_is_retried_and_blamed_with_its_reason(
+    fate: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    bad = victim(corpus, small_cfg, tmp_path)
+    fake = FakeExecutor(2, lambda k, a: fate if k == bad and a == 1 else "ok")
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok
+    assert fake.attempts[bad] == 2 and (fate, bad) in fake.log
+    assert lake_rows(tmp_path / "lake") == small_reference
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.sql("SELECT attempts FROM chunks WHERE chunk_key = $k", params={"k": bad}).rows == [
+        (2,)
+    ]
+    (message,) = lake.sql(
+        "SELECT message FROM chunk_events WHERE chunk_key = $k AND to_status = 'FAILED'",
+        params={"k": bad},
+    ).rows[0]
+    expected = {"crash": "died of signal 9", "hang": "no heartbeat", "raise": "injected failure"}
+    assert expected[fate] in message
+
+
+def test_a_chunk_that_always_fails_is_dead_and_the_others_commit(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    bad = victim(corpus, small_cfg, tmp_path)
+    fake = FakeExecutor(2, lambda k, _a: "crash" if k == bad else "ok")
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert [k for k, _ in report.dead] == [bad]
+    assert fake.attempts[bad] == configuration.load(small_cfg).ingest.max_attempts
+    # every other document is in (its verdict may differ: what duplicated the dead chunk's
+    # documents is kept now, as a clean run without that chunk keeps it)
+    have = [r[:3] for r in lake_rows(tmp_path / "lake")]
+    assert have == [r[:3] for r in small_reference if r[0] != bad]
+
+
+def test_a_bystander_of_a_broken_pool_runs_again_without_using_an_attempt(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    bad = victim(corpus, small_cfg, tmp_path)
+    seen: dict[str, int] = {}
+
+    def fate(key: str, _attempt: int) -> str:
+        seen[key] = seen.get(key, 0) + 1
+        return "bystander" if key == bad and seen[key] <= 3 else "ok"
+
+    fake = FakeExecutor(2, fate)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    # three times taken down (as many as max_attempts), then done: none of it was its fault
+    assert report.ok and seen[bad] == 4
+    failed = Lake.open(tmp_path / "lake").sql(
+        "SELECT count(*) FROM chunk_events WHERE chunk_key = $k AND to_status = 'FAILED'",
+        params={"k": bad},
+    )
+    assert failed.rows == [(0,)]
+    assert lake_rows(tmp_path / "lake") == small_reference
