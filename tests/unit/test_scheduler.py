@@ -8,6 +8,7 @@ is really parsed, filtered, staged, decided and committed into a real lake; only
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -27,7 +28,8 @@ from lakecurate.types import ChunkSpec, Outcome, WorkOrder
 
 @dataclass
 class FakeExecutor:
-    """Runs chunks in-process; ``fate(key, attempt)`` says how an attempt ends: ``"ok"``,
+    """Runs chunks in-process; ``delays`` holds a chunk back for that many collects (a slow
+    one); ``fate(key, attempt)`` says how an attempt ends: ``"ok"``,
     ``"crash"`` (its worker died), ``"hang"`` (never ends until ``watch`` stops it),
     ``"bystander"`` (another worker's death took it down: blameless) or ``"raise"``."""
 
@@ -38,6 +40,7 @@ class FakeExecutor:
     hanging: dict[str, tuple[ChunkSpec, WorkOrder]] = field(default_factory=dict)
     stopped: list[Outcome] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
+    delays: dict[str, int] = field(default_factory=dict)  # chunk -> collects it stays running
     log: list[tuple[str, str]] = field(default_factory=list)  # (what happened, chunk)
 
     def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
@@ -50,7 +53,14 @@ class FakeExecutor:
         return [s.chunk_key for s, _ in self.pending] + list(self.hanging)
 
     def collect(self, timeout: float) -> list[Outcome]:
-        batch, self.pending = self.pending, []
+        held = [(s, o) for s, o in self.pending if self.delays.get(s.chunk_key, 0) > 0]
+        for spec, _ in held:  # a slow chunk: still running for this many more collects
+            self.delays[spec.chunk_key] -= 1
+        batch = [(s, o) for s, o in self.pending if (s, o) not in held]
+        self.pending = held
+        if not batch and not self.stopped:
+            time.sleep(timeout)  # nothing finishes: time passes, as in a real pool
+            return []
         if self.shuffle is not None:
             self.shuffle.shuffle(batch)
         else:
@@ -188,3 +198,34 @@ def test_a_bystander_of_a_broken_pool_runs_again_without_using_an_attempt(
     )
     assert failed.rows == [(0,)]
     assert lake_rows(tmp_path / "lake") == small_reference
+
+
+def test_a_group_is_committed_when_the_frontier_waits_too_long(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """Groups large enough for the whole corpus, open for at most 0.5 s: while a slow chunk
+    holds the frontier, what was decided before it is committed; the lake is unchanged."""
+    from deltalake import DeltaTable
+
+    from lakecurate.lake.record import CommitRecord
+
+    cfg = tmp_path / "slow.toml"
+    cfg.write_text(
+        small_cfg.read_text().replace(
+            "[ingest]\n", "[ingest]\ncommit_chunks = 1000\ncommit_seconds = 0.5\n"
+        )
+    )
+    slow = victim(corpus, cfg, tmp_path)
+    fake = FakeExecutor(2, lambda _k, _a: "ok", delays={slow: 4})
+    report = run(corpus, cfg, tmp_path / "lake", fake)
+    assert report.ok
+    assert lake_rows(tmp_path / "lake") == small_reference
+    history = sorted(
+        DeltaTable(str(tmp_path / "lake" / "documents")).history(), key=lambda e: e["version"]
+    )
+    groups = [CommitRecord.parse(e).chunk_keys for e in history]
+    assert len(groups) >= 2  # without the time limit, one commit of everything
+    assert groups[0] and max(groups[0]) < slow  # committed while the slow chunk was running
