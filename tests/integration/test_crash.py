@@ -70,6 +70,27 @@ POINTS = [
 ]
 
 
+def kill_then_finish(
+    args: tuple[object, ...],
+    point: str,
+    lake: Path,
+    reference: list,  # type: ignore[type-arg]
+) -> dict[str, int]:
+    """Kill an ingest at ``point``, finish it with the same command, check the lake; returns
+    the chunks the log held after the kill (with their versions: none is committed again)."""
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    table = lake / "documents"
+    logged = any((table / "_delta_log").glob("*.json"))
+    before = log_chunk_versions(DeltaTable(str(table)))[0] if logged else {}
+    done = run_lakecurate(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_consistent(lake, reference)
+    after, _ = log_chunk_versions(DeltaTable(str(table)))
+    assert {k: after[k] for k in before} == before
+    return before
+
+
 @pytest.fixture
 def group_cfg(small_cfg: Path, tmp_path: Path) -> Path:
     """``small_cfg`` with Delta commits of three chunks: a kill leaves groups on either side."""
@@ -87,12 +108,7 @@ def test_kill_at_point_then_rerun(
     tmp_path: Path,
 ) -> None:
     lake = tmp_path / "lake"
-    args = ingest_args(corpus, lake, group_cfg)
-    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    done = run_lakecurate(*args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_consistent(lake, small_reference)
+    kill_then_finish(ingest_args(corpus, lake, group_cfg), point, lake, small_reference)
     # the interrupted run is on record as killed; the re-run as OK
     outcomes = [
         r[0] for r in Lake.open(lake).sql("SELECT outcome FROM runs ORDER BY started_at").rows
@@ -224,16 +240,8 @@ def test_kill_inside_a_group_then_rerun(
     the log stay as they are, the interrupted one is finished or redone, and the lake equals
     a clean run (made with the default grouping)."""
     lake = tmp_path / "lake"
-    args = ingest_args(corpus, lake, group_cfg)
-    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    before, _ = log_chunk_versions(DeltaTable(str(lake / "documents")))
+    before = kill_then_finish(ingest_args(corpus, lake, group_cfg), point, lake, small_reference)
     assert len(before) >= 3  # at least one earlier group was committed before the kill
-    done = run_lakecurate(*args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_consistent(lake, small_reference)
-    after, _ = log_chunk_versions(DeltaTable(str(lake / "documents")))
-    assert {k: after[k] for k in before} == before  # nothing committed was committed again
     sizes = [
         len(CommitRecord.parse(e).chunks) for e in DeltaTable(str(lake / "documents")).history()
     ]
