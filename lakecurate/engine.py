@@ -82,6 +82,10 @@ def connect(
                 "wait for it to finish, then try again"
             ) from exc
         raise LakeError(f"cannot open {path}: {exc}") from exc
+    # DuckDB draws its own bar on stdout for a query that runs a few seconds: from a worker or
+    # the driver it would overwrite lakecurate's progress display (on by default; a
+    # per-connection setting, so set on every connection here).
+    con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con
