@@ -186,7 +186,10 @@ class Committer:
         )
         files = [f for d in group for f in d.files]
         version = self.delta.commit_files(
-            files, group[-1].seq, record.metadata(), min(d.intent_ns for d in group)
+            files,
+            group[-1].seq,
+            record.metadata(),
+            group[0].intent_ns,  # staged in order
         )
         for d in group:
             faults.hit("after_delta_commit", d.key)
@@ -355,7 +358,9 @@ class Committer:
         version = self.delta.replace_chunk(rows, seq, record.metadata(), key)
         faults.hit("after_delta_commit", key)
         self.state.finish_chunks(version, self.run_id, [decided.finished])
-        return CommitOutcome(key, version, result.rows_in, decided.finished.rows_kept, 0)
+        return CommitOutcome(
+            key, version, result.rows_in, decided.finished.rows_kept, decided.lake_dups
+        )
 
     def restore(self, version: int) -> int:
         """Make ``version`` current (a new Delta commit) and re-derive the state from it."""

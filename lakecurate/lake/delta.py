@@ -158,8 +158,7 @@ class DeltaStore:
         from lakecurate.schema import DOCUMENT_SCHEMA
 
         dt = self.table()
-        if dt is None:
-            return self.append(rows, seq, metadata, key)
+        assert dt is not None, "a committed chunk implies a table"
         started_ns = time.time_ns()
         try:
             faults.hit("delta_write", key)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 
@@ -23,9 +23,6 @@ from lakecurate import __version__, engine, faults
 from lakecurate.errors import BusyError, LakeError
 from lakecurate.lake import atomic
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
-
-if TYPE_CHECKING:
-    pass
 
 SCHEMA_VERSION_KEY = "schema_version"
 # The tables readers see while an ingest holds the state file; the large index tables are left
@@ -427,14 +424,15 @@ class StateStore:
         with self.transaction():
             if index is not None:
                 index()
+            keys = [done.result.chunk_key for done in chunks]  # one statement each, per group
+            self._x("state.clear_filter_stats", {"keys": keys})
+            self._event(keys, Status.SUCCESS, f"delta version {version}", run_id)
+            self.unqueue_redecide(keys)
             for done in chunks:
                 result = done.result
                 key = result.chunk_key
-                self._x("state.clear_filter_stats", {"keys": [key]})
                 self.add_funnel(key, done.funnel)
                 faults.hit("during_state_update", key)
-                self._event([key], Status.SUCCESS, f"delta version {version}", run_id)
-                self.unqueue_redecide([key])
                 self._x(
                     "state.succeed_chunk",
                     {
