@@ -12,6 +12,15 @@ SIGNATURE_COLUMN = "nd_signature"
 BANDS_COLUMN = "nd_bands"
 """Staged-only column: a candidate's LSH band hashes."""
 
+PARTITION_COLUMN = "kept"
+"""The table's one partition column: kept and dropped rows live in separate files."""
+
+DECISION_COLUMNS = ("kept", "reason", "dup_of", "cluster_id")
+"""The columns the driver's lake-wide decisions may change; every other column is the worker's."""
+
+KEY_COLUMNS = ("id", "id_given", "content_hash", "source_line", "chunk_key", *DECISION_COLUMNS)
+"""What the driver reads of a staged chunk to decide it (never the text)."""
+
 # The schema of the Delta table `documents`: one row per input record, kept or not.
 DOCUMENT_SCHEMA = pa.schema(
     [

@@ -84,15 +84,43 @@ class ChunkResult:
 
 
 @dataclass(frozen=True)
+class DataFile:
+    """One Parquet file in the table folder, ready to be named by a commit (its add action)."""
+
+    path: str  # relative to the table folder, '/'-separated
+    size: int
+    partition_values: dict[str, str | None]
+    modification_time: int  # ms since the epoch
+    stats: str  # the Delta statistics JSON
+    rows: int
+
+
+@dataclass(frozen=True)
+class FinaliseOrder:
+    """A decided chunk for a worker to write as the table's data files: its staged file with
+    the driver's verdicts applied (``patch``: the rows whose verdict changed, as Arrow IPC
+    bytes, ``ingest.staging.apply_patch``)."""
+
+    chunk_key: str
+    seq: int
+    staged_path: str
+    table_dir: str
+    patch: bytes
+    name: str  # of its data files: the same for every attempt, unique to this order
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """How one attempt at a chunk ended, as an executor reports it to the scheduler: a
-    ``result``, or an ``error`` (with ``why`` when the cause is known better than the
-    exception says, e.g. the signal its worker died of), or ``blameless``: it did not run to
-    the end through no fault of its own (another worker's death broke the pool), so it runs
-    again without using up an attempt."""
+    """How one attempt at a chunk (or at its finalise) ended, as an executor reports it to
+    the scheduler: a ``result`` (``files``), or an ``error`` (with ``why`` when the cause is
+    known better than the exception says, e.g. the signal its worker died of), or
+    ``blameless``: it did not run to the end through no fault of its own (another worker's
+    death broke the pool), so it runs again without using up an attempt."""
 
     key: str
     result: ChunkResult | None = None
     error: BaseException | None = None
     why: str | None = None
     blameless: bool = False
+    finalise: bool = False  # the attempt was a FinaliseOrder's, not a chunk's processing
+    files: list[DataFile] | None = None  # what a finalise wrote

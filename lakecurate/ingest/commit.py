@@ -2,8 +2,10 @@
 
 The protocol (design section 6), for a group of chunks taken in commit order: each chunk gets
 its intent (COMMITTING, its own seq) in DuckDB, is decided against the lake (the chunks of the
-group before it included), has its data files written, and its membership-index rows and bands
-written ahead in one state transaction; then one Delta commit names every file of the group,
+group before it included) from its staged keys alone, and has its membership-index rows and
+bands written ahead in one state transaction; a worker then writes its data files from the
+staged file and the driver's verdicts (``FinaliseOrder``); once every chunk of the group has
+its files, one Delta commit names them all,
 with app transaction the group's last seq; then one DuckDB transaction marks the group
 SUCCESS. The Delta log is the linearisation point: a crash between the steps is repaired by
 ``store.recovery.reconcile`` when the next write session opens (it finalises the intents the
@@ -14,6 +16,7 @@ nothing half-written stays in the table.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,12 +25,12 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
+from lakecurate.ingest.staging import patch_of, read_keys
 from lakecurate.lake.record import (
     APPEND,
     REDECIDE,
@@ -41,10 +44,10 @@ from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.recovery import finish_restore, forget_near, index_writer
 from lakecurate.store.session import WriteSession
 from lakecurate.store.state import FinishedChunk
-from lakecurate.types import ChunkResult, ChunkSpec
+from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder
 
 if TYPE_CHECKING:
-    from lakecurate.lake.files import DataFile
+    from lakecurate.types import DataFile
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
 """The verdicts the driver makes against the whole lake; a re-decision makes them again."""
@@ -63,15 +66,15 @@ class CommitOutcome:
 
 @dataclass
 class Decided:
-    """A chunk decided, its data files written and its index rows written ahead: waiting for
-    the Delta commit of its group."""
+    """A chunk decided and its index rows written ahead: waiting for its data files (``files``,
+    None until its finalise is back), then for the Delta commit of its group."""
 
     spec: ChunkSpec
     result: ChunkResult
     seq: int
     record: ChunkRecord
     finished: FinishedChunk
-    files: list[DataFile]
+    files: list[DataFile] | None
     intent_ns: int
     lake_dups: int
 
@@ -152,21 +155,41 @@ class Committer:
         return [*steps, *lake]
 
     # -- the protocol ----------------------------------------------------------------------
-    def stage(self, spec: ChunkSpec, result: ChunkResult) -> Decided:
-        """Decide one staged chunk, write its data files and its index rows ahead, and add it
-        to the open group (``commit_group`` commits it); chunks are staged in commit order."""
-        staged = pq.read_table(result.staged_path).replace_schema_metadata(None)
+    def stage(self, spec: ChunkSpec, result: ChunkResult) -> FinaliseOrder:
+        """Decide one staged chunk from its keys, write its index rows ahead, and add it to
+        the open group; returns the order a worker turns into its data files
+        (``files_written`` hands them back, ``commit_group`` commits them). Chunks are staged
+        in commit order."""
+        keys = read_keys(result.staged_path)
         intent_ns = time.time_ns()
         # The seq comes first: near dedup orders documents by it.
         seq = self.state.begin_commit(
             "APPEND", [result.chunk_key], self.run_id, self.delta.version()
         )
-        rows, decided = self._decide(spec, result, staged, seq, intent_ns)
-        # A failed write takes every untracked file of the open group with it.
-        since_ns = self.group[0].intent_ns if self.group else intent_ns
-        decided.files = self.delta.write_files(rows, seq, decided.key, since_ns)
+        rows, decided = self._decide(spec, result, keys, seq, intent_ns)
         self.group.append(decided)
-        return decided
+        # A name no other order has: a worker still writing for an order of a run that
+        # died (and whose seq this run reuses) must not write over this one's files.
+        name = f"part-{seq:08d}-{uuid.uuid4().hex[:16]}"
+        return FinaliseOrder(
+            decided.key, seq, result.staged_path, str(self.delta.path), patch_of(keys, rows), name
+        )
+
+    def files_written(self, key: str, files: list[DataFile]) -> None:
+        """A finalise is back: the data files of ``key`` (a chunk of the open group)."""
+        (decided,) = (d for d in self.group if d.key == key)
+        decided.files = files
+
+    @property
+    def group_ready(self) -> bool:
+        """Every chunk of the open group has its data files: it can be committed."""
+        return all(d.files is not None for d in self.group)
+
+    def drop_group(self) -> int:
+        """After a failure: forget the open group and delete the data files its finalises
+        wrote (its intents stay, for ``reconcile`` to abandon); returns files removed."""
+        group, self.group = self.group, []
+        return self.delta.remove_unreferenced(group[0].intent_ns) if group else 0
 
     def commit_group(self) -> list[CommitOutcome]:
         """One Delta commit carrying every chunk staged since the last one (exactly once: its
@@ -175,6 +198,7 @@ class Committer:
         group, self.group = self.group, []
         if not group:
             return []
+        assert all(d.files is not None for d in group), "commit before every finalise is back"
         for d in group:
             faults.hit("before_delta_commit", d.key)
         record = CommitRecord(
@@ -184,7 +208,7 @@ class Committer:
             config_hash=self.config_hash,
             config_text=self.config_text or None,
         )
-        files = [f for d in group for f in d.files]
+        files = [f for d in group for f in d.files or ()]
         version = self.delta.commit_files(
             files,
             group[-1].seq,
@@ -205,8 +229,9 @@ class Committer:
     def _decide(
         self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table, seq: int, intent_ns: int
     ) -> tuple[pa.Table, Decided]:
-        """The lake-wide decisions of one chunk, its record, and its index rows and bands
-        written ahead (one state transaction: the next chunk is decided against them)."""
+        """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
+        columns), its record, and its index rows and bands written ahead (one state
+        transaction: the next chunk is decided against them)."""
         key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
@@ -237,7 +262,7 @@ class Committer:
             seq=seq,
             record=ChunkRecord(key, seq, result.rows_in, kept, chunk),
             finished=FinishedChunk(seq, result, kept, funnel),
-            files=[],
+            files=None,
             intent_ns=intent_ns,
             lake_dups=int(funnel[-1][2]),
         )

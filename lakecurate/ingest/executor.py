@@ -1,6 +1,7 @@
 """Where workers run. ``local``: a pool of processes (Python UDFs hold the GIL, so processes, not
 threads), started with ``spawn`` because deltalake panics in a forked child. It implements the
-scheduler's ``Executor`` protocol (``ingest.scheduler``): submit, collect outcomes, watch.
+scheduler's ``Executor`` protocol (``ingest.scheduler``): submit a chunk or a decided chunk's
+finalise, collect outcomes, watch.
 
 Each worker process beats: while it works on a chunk, a daemon thread sends ``(chunk_key, pid)``
 to the driver every ``BEAT_SECONDS``. A stopped, frozen or GIL-starved process stops beating,
@@ -21,8 +22,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from lakecurate.ingest.worker import process_chunk
-from lakecurate.types import ChunkResult, ChunkSpec, Outcome, WorkOrder
+from lakecurate.ingest.worker import finalise_chunk, process_chunk
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
 
 BEAT_SECONDS = 1.0
 
@@ -51,15 +52,31 @@ def _beat_forever() -> None:
         time.sleep(BEAT_SECONDS)
 
 
-def _run(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
-    """``process_chunk`` with the heartbeat on: the first beat goes out before any work."""
+FINALISE = "\0finalise"
+"""Appended to a chunk key: the task id of that chunk's finalise (no file name has a NUL)."""
+
+
+def _run(task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) -> Any:
+    """A chunk's processing or its finalise, with the heartbeat on: the first beat goes out
+    before any work."""
     global _current, _started  # noqa: PLW0603
-    _current, _started = spec.chunk_key, time.monotonic()  # one clock for all processes
-    _beats.put((spec.chunk_key, os.getpid(), _started))
+    _current, _started = task, time.monotonic()  # one clock for all processes
+    _beats.put((task, os.getpid(), _started))
     try:
+        if isinstance(order, FinaliseOrder):
+            return finalise_chunk(order)
+        assert spec is not None
         return process_chunk(spec, order)
     finally:
         _current = None
+
+
+def _outcome(task: str, **fields: Any) -> Outcome:
+    """The outcome of task ``task`` (a chunk key, or a finalise's)."""
+    if task.endswith(FINALISE):
+        files = fields.pop("result", None)
+        return Outcome(task.removesuffix(FINALISE), finalise=True, files=files, **fields)
+    return Outcome(task, **fields)
 
 
 @dataclass
@@ -79,7 +96,7 @@ class LocalExecutor:
         self._pool: ProcessPoolExecutor | None = None
         self._beats: Any = None
         self.running: dict[str, Running] = {}
-        self._futures: dict[Future[ChunkResult], str] = {}
+        self._futures: dict[Future[Any], str] = {}  # -> task: a chunk key, or a finalise's
         self._blameless: list[str] = []  # refused by a pool that broke: to run again
         self._killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
 
@@ -97,20 +114,26 @@ class LocalExecutor:
 
     # -- the Executor protocol -----------------------------------------------------------
     def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
+        self._submit(spec.chunk_key, spec, order)
+
+    def finalise(self, order: FinaliseOrder) -> None:
+        self._submit(order.chunk_key + FINALISE, None, order)
+
+    def _submit(self, task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) -> None:
         try:
-            future = self._ensure().submit(_run, spec, order)
-        except BrokenProcessPool:  # broke since the last collect: not this chunk's fault
-            self._blameless.append(spec.chunk_key)
+            future = self._ensure().submit(_run, task, spec, order)
+        except BrokenProcessPool:  # broke since the last collect: not this task's fault
+            self._blameless.append(task)
             if not self._futures:  # an idle worker died: nothing to account for
                 self.reset()
             return
-        self._futures[future] = spec.chunk_key
+        self._futures[future] = task
 
     def inflight(self) -> int:
         return len(self._futures) + len(self._blameless)
 
     def started(self) -> list[str]:
-        return [k for k in self._futures.values() if k in self.running]
+        return [k for k in self._futures.values() if k in self.running and FINALISE not in k]
 
     def collect(self, timeout: float) -> list[Outcome]:
         """Outcomes of the chunks that finished (waiting up to ``timeout`` for the first).
@@ -119,7 +142,7 @@ class LocalExecutor:
         for its chunk (with the signal), a chunk whose hung worker ``watch`` killed gets that
         reason, and the innocent bystanders come back blameless, to be run again.
         """
-        out = [Outcome(k, blameless=True) for k in self._blameless]
+        out = [_outcome(k, blameless=True) for k in self._blameless]
         self._blameless.clear()
         if not self._futures:
             return out
@@ -140,10 +163,10 @@ class LocalExecutor:
             pid = self.pid_of(key)
             self.running.pop(key, None)
             if fut.cancelled():  # the pool was shut down under it
-                out.append(Outcome(key, blameless=True))
+                out.append(_outcome(key, blameless=True))
                 continue
             try:
-                out.append(Outcome(key, result=fut.result()))
+                out.append(_outcome(key, result=fut.result()))
             except BrokenProcessPool as exc:
                 if key in self._killed:
                     why = self._killed.pop(key)
@@ -153,13 +176,13 @@ class LocalExecutor:
                         "(killed, or out of memory?)"
                     )
                 elif self._killed or crashed:  # an innocent bystander of another's death
-                    out.append(Outcome(key, blameless=True))
+                    out.append(_outcome(key, blameless=True))
                     continue
                 else:
                     why = "a worker process died (killed, or out of memory?)"
-                out.append(Outcome(key, error=exc, why=why))
+                out.append(_outcome(key, error=exc, why=why))
             except Exception as exc:
-                out.append(Outcome(key, error=exc))
+                out.append(_outcome(key, error=exc))
         if broken:
             self.reset()
             self._killed.clear()

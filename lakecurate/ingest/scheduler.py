@@ -3,9 +3,11 @@
 ``submit`` feeds the executor (a chunk whose staged file is already there skips the workers),
 ``collect`` takes what finished, ``blame`` records a failed attempt (retried with backoff, DEAD
 after ``max_attempts``, or the run stopped for a full disk), ``retry`` puts a chunk back when its
-backoff is over, and ``commit`` decides the chunks at the frontier in chunk-key order and commits
-them to Delta in groups. Workers run ahead in any order; the frontier alone decides, which is
-why parallelism, crashes and retries never change which document of a duplicate group is kept.
+backoff is over, and ``commit`` decides the chunks at the frontier in chunk-key order, sends each
+decided chunk back to a worker to have its data files written (its *finalise*), and commits
+them to Delta in groups once their files are back. Workers run ahead in any order; the frontier
+alone decides, which is why parallelism, crashes and retries never change which document of a
+duplicate group is kept.
 
 An ``Executor`` is where chunks run: the local process pool (``ingest.executor``) today, a
 cluster next; the unit tests drive the scheduler with a fake one (crashes, hangs, completions
@@ -22,12 +24,12 @@ from pathlib import Path
 from typing import Protocol
 
 from lakecurate.config import Config
-from lakecurate.errors import chunk_failure, disk_full
+from lakecurate.errors import CommitError, chunk_failure, disk_full, one_line
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.staging import read_staged_result, staged_name
 from lakecurate.progress import Reporter
 from lakecurate.store.state import StateStore
-from lakecurate.types import ChunkResult, ChunkSpec, Outcome, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, WorkOrder
 
 HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
@@ -35,12 +37,16 @@ SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
 
 
 class Executor(Protocol):
-    """Where chunks run. Every submitted chunk comes back from ``collect`` exactly once per
-    submission, as an ``Outcome``, however its attempt ended."""
+    """Where chunks run. Every submitted chunk (and finalise) comes back from ``collect``
+    exactly once per submission, as an ``Outcome``, however its attempt ended."""
 
     workers: int  # chunks it runs at once (the scheduler keeps twice as many submitted)
 
     def submit(self, spec: ChunkSpec, order: WorkOrder) -> None: ...
+
+    def finalise(self, order: FinaliseOrder) -> None:
+        """Write a decided chunk's data files (``ingest.worker.finalise_chunk``)."""
+        ...
 
     def inflight(self) -> int:
         """Chunks submitted whose outcome ``collect`` has not returned yet."""
@@ -125,6 +131,9 @@ class Scheduler:
         self.frontier = 0
         self.group_bytes = 0  # input bytes of the committer's open group
         self.group_opened = 0.0
+        self.group_closed = False  # full, or open too long: commit once its files are back
+        self.finalising: dict[str, FinaliseOrder] = {}  # in a worker now
+        self.finalise_attempts: dict[str, int] = {}
 
     def run(self, specs: list[ChunkSpec], attempts: dict[str, int]) -> None:
         """Every chunk of ``specs`` committed or DEAD (``attempts``: those used so far)."""
@@ -135,12 +144,13 @@ class Scheduler:
         ing = self.cfg.ingest
         last_beat = time.monotonic()
         try:
-            while self.frontier < len(self.commit_order):
+            while self.frontier < len(self.commit_order) or self.committer.group:
                 self.retry()
                 self.submit()
                 self.commit()
-                if self.frontier >= len(self.commit_order) or not (
-                    self.executor.inflight() or self.retry_at or self.queue
+                if not self.committer.group and (
+                    self.frontier >= len(self.commit_order)
+                    or not (self.executor.inflight() or self.retry_at or self.queue)
                 ):
                     break
                 timeout = POLL_SECONDS
@@ -155,9 +165,9 @@ class Scheduler:
                 if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
                     self.state.heartbeat(self.executor.started())
                     last_beat = time.monotonic()
-            self.flush()
         finally:
             self.executor.close()
+            self.committer.drop_group()  # only after a failure is a group still open
         self.report.dead = sorted(
             set(self.report.dead) | {(k, e) for k, e in self.state.dead_in(list(self.dead))}
         )
@@ -188,7 +198,9 @@ class Scheduler:
         """One attempt's outcome: a result waits for the frontier, a failure is blamed, a
         blameless one runs again without using up an attempt."""
         key = outcome.key
-        if outcome.result is not None:
+        if outcome.finalise:
+            self.finalised(outcome)
+        elif outcome.result is not None:
             self.results[key] = outcome.result
         elif outcome.blameless:
             self.attempts[key] -= 1
@@ -214,27 +226,58 @@ class Scheduler:
             backoff = self.cfg.ingest.retry_backoff * 2 ** (max(used, 1) - 1)
             self.retry_at[key] = time.monotonic() + backoff
 
+    def finalised(self, outcome: Outcome) -> None:
+        """A finalise is back: its files join the group; a failed one runs again (it is
+        deterministic: a failure is the machine's, not the chunk's), up to ``max_attempts``,
+        then the run stops with the group uncommitted (the next run redoes it)."""
+        key = outcome.key
+        order = self.finalising.pop(key)
+        if outcome.files is not None:
+            self.committer.files_written(key, outcome.files)
+            return
+        if outcome.blameless:
+            self._finalise(order)
+            return
+        exc = outcome.error
+        assert exc is not None
+        what = f"writing the data files of {key} for Delta commit seq {order.seq}"
+        if chunk_failure(exc) == "stop":
+            raise disk_full(exc, what) from exc
+        if self.finalise_attempts.get(key, 0) >= self.cfg.ingest.max_attempts:
+            raise CommitError(
+                f"{what} failed {self.finalise_attempts[key]} times, last: "
+                f"{outcome.why or one_line(exc)}; nothing was committed, re-run the same command"
+            ) from exc
+        self._finalise(order)
+
     def commit(self) -> None:
         """Decide every chunk at the frontier that is ready, in chunk-key order (a DEAD one is
-        passed over); commit the open group when it is full or has been open too long."""
-        while self.frontier < len(self.commit_order):
-            key = self.commit_order[self.frontier]
-            if key in self.dead:
-                self.frontier += 1
-            elif key in self.results:
-                self._stage(self.by_key[key], self.results.pop(key))
-                self.frontier += 1
-            else:
-                break
-        if self.committer.group and (
-            time.monotonic() - self.group_opened >= self.cfg.ingest.commit_seconds
-        ):
-            self.flush()  # the frontier waits: commit what is decided meanwhile
+        passed over), until the open group closes (full, open too long, or the frontier at
+        the end); commit it once every finalise of it is back."""
+        while True:
+            while self.frontier < len(self.commit_order) and not self.group_closed:
+                key = self.commit_order[self.frontier]
+                if key in self.dead:
+                    self.frontier += 1
+                elif key in self.results:
+                    self._stage(self.by_key[key], self.results.pop(key))
+                    self.frontier += 1
+                else:
+                    break
+            if self.committer.group and (
+                self.frontier >= len(self.commit_order)
+                or time.monotonic() - self.group_opened >= self.cfg.ingest.commit_seconds
+            ):
+                self.group_closed = True  # the frontier waits: commit what is decided meanwhile
+            if not (self.group_closed and self.committer.group_ready):
+                return
+            self.flush()  # and on: the next group may be ready at the frontier already
 
     def flush(self) -> None:
-        """One Delta commit for the decided chunks of the open group."""
+        """One Delta commit for the decided chunks of the open group (their files are back)."""
         specs = {d.key: d.spec for d in self.committer.group}
         self.group_bytes = 0
+        self.group_closed = False
         outcomes = self.committer.commit_group()
         for outcome in outcomes:
             self.report.chunks_committed += 1
@@ -252,10 +295,11 @@ class Scheduler:
 
     # -- helpers --------------------------------------------------------------------------
     def _stage(self, spec: ChunkSpec, result: ChunkResult) -> None:
-        """Decide the chunk at the frontier; commit its group once the group is full."""
+        """Decide the chunk at the frontier and send it to be finalised; close its group once
+        the group is full."""
         if not self.committer.group:
             self.group_opened = time.monotonic()
-        self.committer.stage(spec, result)
+        self._finalise(self.committer.stage(spec, result))
         self.group_bytes += spec.input_bytes
         ing = self.cfg.ingest
         if (
@@ -263,7 +307,12 @@ class Scheduler:
             or self.group_bytes >= ing.commit_bytes
             or ing.commit_seconds == 0
         ):
-            self.flush()
+            self.group_closed = True
+
+    def _finalise(self, order: FinaliseOrder) -> None:
+        self.finalising[order.chunk_key] = order
+        self.finalise_attempts[order.chunk_key] = self.finalise_attempts.get(order.chunk_key, 0) + 1
+        self.executor.finalise(order)
 
     def _staged(self, spec: ChunkSpec) -> ChunkResult | None:
         path = Path(self.order.staging_dir) / staged_name(spec.chunk_key, self.order.config_hash)

@@ -3,6 +3,11 @@
 A staged file is ``staging/<chunk_key>.<config_hash>.parquet``: the decided rows of one chunk, its
 ``ChunkResult`` in the footer, and a sha256 seal over the whole file so damage is found on read.
 Written through a temp file, fsync and an atomic rename, so a reader never sees a partial file.
+
+The driver reads only a staged file's key columns (``read_keys``: ids, hashes, verdicts and the
+near-dedup signatures, never the text) and answers with a *patch*: the rows whose verdict its
+lake-wide decisions changed. A worker applies the patch to the whole file (``apply_patch``)
+and writes the table's data files, so document text never passes through the driver.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ import os
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate import faults
 from lakecurate.lake import atomic
+from lakecurate.schema import BANDS_COLUMN, DECISION_COLUMNS, KEY_COLUMNS, SIGNATURE_COLUMN
 from lakecurate.types import ChunkResult
 
 RESULT_KEY = b"lakecurate.result"
@@ -64,6 +72,56 @@ def read_staged_result(path: Path) -> ChunkResult | None:
         _discard(path)
         return None
     return result
+
+
+ROW = "staged_row"
+"""The position of a row in its staged file: how a patch names the rows it changes."""
+
+
+def read_keys(path: str | Path) -> pa.Table:
+    """The columns the driver decides a staged chunk on (the near-dedup signatures too, when
+    the file has them), plus each row's position; the text is never read."""
+    present = set(pq.read_schema(path).names)
+    names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in present]
+    keys = pq.read_table(path, columns=names).replace_schema_metadata(None)
+    return keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+
+
+def patch_of(keys: pa.Table, decided: pa.Table) -> bytes:
+    """The rows of ``decided`` (the driver's verdicts on ``keys``, any order) whose decision
+    columns differ from the staged ones, as Arrow IPC bytes: small, and picklable anywhere."""
+    decided = decided.sort_by(ROW)
+    if decided.num_rows != keys.num_rows:
+        raise ValueError(f"decided {decided.num_rows} rows of a chunk of {keys.num_rows}")
+    changed = pa.array(np.zeros(keys.num_rows, dtype=bool))
+    for name in DECISION_COLUMNS:
+        before, after = keys[name], decided[name].cast(keys[name].type)
+        differs = pc.or_(
+            pc.fill_null(pc.not_equal(before, after), False),
+            pc.xor(pc.is_null(before), pc.is_null(after)),
+        )
+        changed = pc.or_(changed, differs)
+    patch = decided.filter(changed).select([ROW, *DECISION_COLUMNS])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, patch.schema) as writer:
+        writer.write_table(patch)
+    return bytes(sink.getvalue())
+
+
+def apply_patch(rows: pa.Table, patch: bytes) -> pa.Table:
+    """A staged chunk's rows (in staged order) with the driver's verdicts of ``patch``."""
+    changes = pa.ipc.open_stream(patch).read_all()
+    where = np.full(rows.num_rows, -1, dtype=np.int64)
+    where[changes[ROW].to_numpy()] = np.arange(changes.num_rows)
+    patched = pa.array(where >= 0)
+    take = pa.array(where, mask=where < 0)
+    for name in DECISION_COLUMNS:
+        column = rows[name]
+        value = pc.take(changes[name].cast(column.type), take)
+        rows = rows.set_column(
+            rows.schema.get_field_index(name), name, pc.if_else(patched, value, column)
+        )
+    return rows
 
 
 # The staged file's checksum: sha256 of the whole file with the 64 hex digits of the digest

@@ -1,8 +1,11 @@
-"""The worker: a pure function from one chunk to one staged Parquet file and a small result.
+"""The worker: pure functions from one chunk to files and a small result.
 
-It reads only its chunk, writes only ``staging/<chunk_key>.<config_hash>.parquet`` (through
-``staging.write_atomic_parquet``), and touches neither DuckDB state nor Delta, so it can run in
-any process, on any machine, any number of times. Only the executor imports this module.
+``process_chunk`` reads only its chunk and writes only ``staging/<chunk_key>.<config_hash>.parquet``
+(through ``staging.write_atomic_parquet``). ``finalise_chunk`` applies the driver's verdicts to
+that staged file and writes the chunk's data files into the table folder, under names its
+commit seq makes unique, for the driver to commit. Neither touches DuckDB state or the Delta
+log, so both run in any process, on any machine, any number of times. Only the executor
+imports this module.
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ from functools import cache
 from pathlib import Path
 
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.reader import read_chunk
-from lakecurate.ingest.staging import RESULT_KEY, staged_name, write_atomic_parquet
-from lakecurate.schema import DOCUMENT_SCHEMA
+from lakecurate.ingest.staging import RESULT_KEY, apply_patch, staged_name, write_atomic_parquet
+from lakecurate.lake.files import write_data_files
+from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
 from lakecurate.steps.near.signatures import add_signatures
-from lakecurate.types import ChunkResult, ChunkSpec, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, DataFile, FinaliseOrder, WorkOrder
 
 
 @cache
@@ -108,3 +113,13 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
     write_atomic_parquet(decided.replace_schema_metadata(meta), path)
     return result
+
+
+def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
+    """Write a decided chunk's data files: its staged rows with the driver's verdicts. Run
+    again after a failure, it overwrites what the failed attempt left (the names depend only
+    on the order and the partition)."""
+    faults.hit("delta_write", order.chunk_key)  # tests: ENOSPC, a kill while writing
+    rows = pq.read_table(order.staged_path).replace_schema_metadata(None)
+    rows = apply_patch(rows, order.patch).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    return write_data_files(Path(order.table_dir), rows, PARTITION_COLUMN, order.name)

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,10 +31,10 @@ if TYPE_CHECKING:  # Arrow is imported where it is used: opening the table does 
     import pyarrow as pa
     import pyarrow.dataset as pds
 
-    from lakecurate.lake.files import DataFile
+    from lakecurate.types import DataFile
 
 APP_ID = "lakecurate"
-PARTITION_BY = ["kept"]
+PARTITION_BY = ["kept"]  # schema.PARTITION_COLUMN (schema loads Arrow; this module must not)
 LOG_DIR = "_delta_log"
 
 
@@ -127,7 +128,10 @@ class DeltaStore:
             faults.hit("delta_write", key)  # tests: ENOSPC
             (partition,) = PARTITION_BY
             return write_data_files(
-                self.path, rows.cast(DOCUMENT_SCHEMA), partition, f"part-{seq:08d}"
+                self.path,
+                rows.cast(DOCUMENT_SCHEMA),
+                partition,
+                f"part-{seq:08d}-{uuid.uuid4().hex[:16]}",
             )
         except OSError as exc:
             raise self._failed(exc, seq, started_ns) from exc

@@ -1,7 +1,7 @@
 """A chunk's rows as the table's data files: Parquet files with their Delta statistics.
 
 Writing the files apart from the commit is what lets one commit carry files written anywhere
-(by the driver today, by the workers next) and keeps the commit itself small: delta-rs's
+(by the workers: ``ingest.worker.finalise_chunk``) and keeps the commit itself small: delta-rs's
 ``write_deltalake`` on a kept handle re-reads the active-file list, so its cost grew with the
 table (10 ms per commit at 100 files, 104 ms at 2,000), while committing ready files with
 ``create_write_transaction`` stays near 20-30 ms (benchmarks/bench_commits.py).
@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,21 +26,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate.lake import atomic
+from lakecurate.types import DataFile
 
 STATS_CHARS = 64
 NO_MIN_MAX = frozenset({"text", "raw", "meta"})
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """One Parquet file in the table folder, ready to be named by a commit."""
-
-    path: str  # relative to the table folder, '/'-separated
-    size: int
-    partition_values: dict[str, str | None]
-    modification_time: int  # ms since the epoch
-    stats: str  # the Delta statistics JSON
-    rows: int
 
 
 def write_data_files(
@@ -53,14 +40,18 @@ def write_data_files(
     Written under the final name, as delta-rs does: no reader sees a data file until a commit
     names it, and one that a failure or a kill left unnamed is removed by the next writer
     (``DeltaStore.remove_unreferenced``, which lists ``*.parquet``), so a temp name would only
-    hide it from that clean-up. Each file is fsynced before any commit can name it."""
+    hide it from that clean-up. Each file is fsynced before any commit can name it.
+
+    The names are ``<prefix>-c000.snappy.parquet``: ``prefix`` must be unique to the write
+    (``part-<commit seq>-<random>``), so a retried write replaces what a failed attempt left
+    instead of adding a second copy."""
     files = []
     for value in (True, False):
         part = rows.filter(pc.equal(rows[partition_by], value)).drop_columns([partition_by])
         if part.num_rows == 0:
             continue
         folder = f"{partition_by}={str(value).lower()}"
-        rel = f"{folder}/{prefix}-{uuid.uuid4().hex}-c000.snappy.parquet"
+        rel = f"{folder}/{prefix}-c000.snappy.parquet"
         path = table_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(part, path, compression="snappy")

@@ -46,8 +46,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 WORKER_SIDE = {"lakecurate.ingest.worker", "lakecurate.ingest.reader"}
 """Code that runs in worker processes: it may import only steps, BASE and WORKER_SHARED."""
-WORKER_SHARED = {"lakecurate.ingest.staging", "lakecurate.ingest.digest"}
-"""Vocabulary of both sides of ingest (the staged file, a chunk's digest)."""
+WORKER_SHARED = {"lakecurate.ingest.staging", "lakecurate.ingest.digest", "lakecurate.lake.files"}
+"""Vocabulary of both sides of ingest (the staged file, a chunk's digest) and the one lake
+module a worker uses: it writes data files, never the Delta log."""
 WORKER_DOOR = "lakecurate.ingest.executor"
 """The one driver module that imports worker code: it ships work to the workers."""
 # Names the package __init__ defines itself (not re-exported from a submodule).
@@ -306,6 +307,8 @@ def test_layer_checker_fails_on_forbidden_imports() -> None:
             "lakecurate.store.index",
             "lakecurate.steps.near.minhash",
             "lakecurate.ingest.staging",
+            "lakecurate.lake.files",
+            "lakecurate.lake.delta",
         },
         "lakecurate.ingest.executor": {"lakecurate.ingest.worker"},
         "lakecurate.newlayer.x": {"lakecurate.errors"},
@@ -313,6 +316,7 @@ def test_layer_checker_fails_on_forbidden_imports() -> None:
     assert layer_violations(graph) == [
         "lakecurate.errors -> lakecurate.config",
         "lakecurate.ingest.runner -> lakecurate.ingest.worker",
+        "lakecurate.ingest.worker -> lakecurate.lake.delta",
         "lakecurate.ingest.worker -> lakecurate.store.index",
         "lakecurate.newlayer.x -> lakecurate.errors",
         "lakecurate.read.query -> lakecurate.ops.verify",

@@ -21,42 +21,52 @@ from lakecurate import Lake
 from lakecurate import config as configuration
 from lakecurate.ingest.chunking import find_inputs
 from lakecurate.ingest.runner import IngestReport, ingest
-from lakecurate.ingest.worker import process_chunk
+from lakecurate.ingest.worker import finalise_chunk, process_chunk
 from lakecurate.lake.paths import LakePaths
-from lakecurate.types import ChunkSpec, Outcome, WorkOrder
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
+
+Task = tuple[ChunkSpec, WorkOrder] | FinaliseOrder
 
 
 @dataclass
 class FakeExecutor:
-    """Runs chunks in-process; ``delays`` holds a chunk back for that many collects (a slow
-    one); ``fate(key, attempt)`` says how an attempt ends: ``"ok"``,
-    ``"crash"`` (its worker died), ``"hang"`` (never ends until ``watch`` stops it),
-    ``"bystander"`` (another worker's death took it down: blameless) or ``"raise"``."""
+    """Runs chunks and their finalises in-process; ``delays`` holds a chunk back for that
+    many collects (a slow one); ``fate(key, attempt)`` says how an attempt at a chunk ends
+    (``finalise_fate`` the same for its finalise): ``"ok"``, ``"crash"`` (its worker died),
+    ``"hang"`` (never ends until ``watch`` stops it), ``"bystander"`` (another worker's death
+    took it down: blameless) or ``"raise"``."""
 
     workers: int
     fate: Callable[[str, int], str]
     shuffle: random.Random | None = None
-    pending: list[tuple[ChunkSpec, WorkOrder]] = field(default_factory=list)
-    hanging: dict[str, tuple[ChunkSpec, WorkOrder]] = field(default_factory=dict)
+    pending: list[Task] = field(default_factory=list)
+    hanging: dict[str, Task] = field(default_factory=dict)
     stopped: list[Outcome] = field(default_factory=list)
     attempts: dict[str, int] = field(default_factory=dict)
     delays: dict[str, int] = field(default_factory=dict)  # chunk -> collects it stays running
     log: list[tuple[str, str]] = field(default_factory=list)  # (what happened, chunk)
+    finalise_fate: Callable[[str, int], str] = lambda _k, _a: "ok"
+    finalise_attempts: dict[str, int] = field(default_factory=dict)
 
     def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
         self.pending.append((spec, order))
+
+    def finalise(self, order: FinaliseOrder) -> None:
+        self.pending.append(order)
 
     def inflight(self) -> int:
         return len(self.pending) + len(self.hanging) + len(self.stopped)
 
     def started(self) -> list[str]:
-        return [s.chunk_key for s, _ in self.pending] + list(self.hanging)
+        return [t[0].chunk_key for t in self.pending if isinstance(t, tuple)] + [
+            k for k, t in self.hanging.items() if isinstance(t, tuple)
+        ]
 
     def collect(self, timeout: float) -> list[Outcome]:
-        held = [(s, o) for s, o in self.pending if self.delays.get(s.chunk_key, 0) > 0]
-        for spec, _ in held:  # a slow chunk: still running for this many more collects
-            self.delays[spec.chunk_key] -= 1
-        batch = [(s, o) for s, o in self.pending if (s, o) not in held]
+        held = [t for t in self.pending if self.delays.get(key_of(t), 0) > 0]
+        for task in held:  # a slow chunk: still running for this many more collects
+            self.delays[key_of(task)] -= 1
+        batch = [t for t in self.pending if t not in held]
         self.pending = held
         if not batch and not self.stopped:
             time.sleep(timeout)  # nothing finishes: time passes, as in a real pool
@@ -66,34 +76,47 @@ class FakeExecutor:
         else:
             batch.reverse()  # the last submitted finishes first
         out, self.stopped = self.stopped, []
-        for spec, order in batch:
-            key = spec.chunk_key
-            self.attempts[key] = attempt = self.attempts.get(key, 0) + 1
-            fate = self.fate(key, attempt)
-            self.log.append((fate, key))
+        for task in batch:
+            key, finalising = key_of(task), isinstance(task, FinaliseOrder)
+            tries = self.finalise_attempts if finalising else self.attempts
+            tries[key] = attempt = tries.get(key, 0) + 1
+            fate = (self.finalise_fate if finalising else self.fate)(key, attempt)
+            self.log.append((("finalise " if finalising else "") + fate, key))
             if fate == "ok":
-                out.append(Outcome(key, result=process_chunk(spec, order)))
+                if isinstance(task, FinaliseOrder):
+                    out.append(Outcome(key, finalise=True, files=finalise_chunk(task)))
+                else:
+                    out.append(Outcome(key, result=process_chunk(*task)))
             elif fate == "crash":
                 error = BrokenProcessPool("A process in the process pool was terminated abruptly")
-                out.append(Outcome(key, error=error, why="its worker (pid 1) died of signal 9"))
+                why = "its worker (pid 1) died of signal 9"
+                out.append(Outcome(key, error=error, why=why, finalise=finalising))
             elif fate == "hang":
-                self.hanging[key] = (spec, order)
+                self.hanging[key] = task
             elif fate == "bystander":
-                self.attempts[key] -= 1  # it never ran to the end: not an attempt
-                out.append(Outcome(key, blameless=True))
+                tries[key] -= 1  # it never ran to the end: not an attempt
+                out.append(Outcome(key, blameless=True, finalise=finalising))
             else:
-                out.append(Outcome(key, error=RuntimeError(f"injected failure of {key}")))
+                error = RuntimeError(f"injected failure of {key}")
+                out.append(Outcome(key, error=error, finalise=finalising))
         return out
 
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
-        for key in list(self.hanging):
+        for key, task in list(self.hanging.items()):
             del self.hanging[key]
             why = f"no heartbeat from worker pid 1 (heartbeat_timeout = {heartbeat_timeout:g} s)"
-            self.stopped.append(Outcome(key, error=BrokenProcessPool(why), why=why))
+            finalising = isinstance(task, FinaliseOrder)
+            self.stopped.append(
+                Outcome(key, error=BrokenProcessPool(why), why=why, finalise=finalising)
+            )
 
     def close(self) -> None:
         self.pending.clear()
         self.hanging.clear()
+
+
+def key_of(task: Task) -> str:
+    return task.chunk_key if isinstance(task, FinaliseOrder) else task[0].chunk_key
 
 
 def run(corpus: Path, cfg_path: Path, lake: Path, fake: FakeExecutor) -> IngestReport:
@@ -229,3 +252,56 @@ def test_a_group_is_committed_when_the_frontier_waits_too_long(
     groups = [CommitRecord.parse(e).chunk_keys for e in history]
     assert len(groups) >= 2  # without the time limit, one commit of everything
     assert groups[0] and max(groups[0]) < slow  # committed while the slow chunk was running
+
+
+@pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
+def test_a_failed_finalise_runs_again_and_changes_nothing(
+    fate: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """A finalise is deterministic: whatever ended its first attempt, the second writes the
+    same files (over what the first left) and the lake is the clean run's."""
+    bad = victim(corpus, small_cfg, tmp_path)
+    seen: list[str] = []
+
+    def finalise_fate(key: str, _attempt: int) -> str:
+        seen.append(key)
+        return fate if key == bad and seen.count(key) == 1 else "ok"
+
+    fake = FakeExecutor(2, lambda _k, _a: "ok", finalise_fate=finalise_fate)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok and (f"finalise {fate}", bad) in fake.log
+    assert seen.count(bad) == 2
+    assert lake_rows(tmp_path / "lake") == small_reference
+    assert verify_clean(tmp_path / "lake")
+
+
+def test_a_finalise_that_always_fails_stops_the_run_and_the_next_run_finishes(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    from lakecurate.errors import CommitError
+
+    bad = victim(corpus, small_cfg, tmp_path)
+    fake = FakeExecutor(
+        2, lambda _k, _a: "ok", finalise_fate=lambda k, _a: "raise" if k == bad else "ok"
+    )
+    with pytest.raises(CommitError, match=f"data files of {bad}.*re-run"):
+        run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert fake.finalise_attempts[bad] == configuration.load(small_cfg).ingest.max_attempts
+    report = run(corpus, small_cfg, tmp_path / "lake", FakeExecutor(2, lambda _k, _a: "ok"))
+    assert report.ok
+    assert lake_rows(tmp_path / "lake") == small_reference
+    assert verify_clean(tmp_path / "lake")
+
+
+def verify_clean(lake: Path) -> bool:
+    """``verify`` finds nothing: no orphan data file, the index agrees with the table."""
+    report = Lake.open(lake).verify()
+    assert not report.problems, report.problems
+    return True
