@@ -253,12 +253,12 @@ class Config:
     """The whole pipeline configuration."""
 
     ingest: IngestConfig = field(default_factory=IngestConfig)
-    input: InputConfig = field(default_factory=InputConfig)
     dedup: DedupConfig = field(default_factory=DedupConfig)
     near_dedup: NearDedupConfig = field(default_factory=NearDedupConfig)
     # Lambdas: both classes are defined further down, with the filter sections.
     filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
     gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
+    input: InputConfig = field(default_factory=InputConfig)  # last: positional use predates it
 
     def decision_dict(self) -> dict[str, Any]:
         """The parts that change which documents are kept, canonically ordered.
