@@ -200,8 +200,16 @@ def _summary(r: IngestReport) -> str:
 @click.option(
     "--verify", is_flag=True, help="Re-read and re-hash every input (ignore the stat cache)."
 )
-@click.option("--text-field", help="The record field holding the text (default: [input], text).")
-@click.option("--id-field", help="The record field holding the id (default: [input], id).")
+@click.option(
+    "--text-field",
+    metavar="FIELD",
+    help="The record field holding the text (default: [input].text_field, else text).",
+)
+@click.option(
+    "--id-field",
+    metavar="FIELD",
+    help="The record field holding the id (default: [input].id_field, else id).",
+)
 def ingest_cmd(
     inputs: tuple[str, ...],
     lake_path: Path,

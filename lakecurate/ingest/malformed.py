@@ -101,7 +101,8 @@ def _line(
         if sample and kind != "missing_text"
         else ""
     )
-    seen = _fields_seen([r["raw"] for r in sample]) if kind in _KINDS else []
+    wrong_field = kind in ("missing_text", "text_not_string")
+    seen = _fields_seen([r["raw"] for r in sample]) if wrong_field else []
     shown = f" (fields seen: {', '.join(seen)})" if seen else ""
     return (
         f"{what.format(field=fields.text_field, kind=kind)} in {count:,} of {total:,} records "
@@ -115,7 +116,7 @@ def _fields_seen(raws: list[bytes | None]) -> list[str]:
     for raw in raws:
         try:
             obj = json.loads(raw or b"")
-        except ValueError:
+        except (ValueError, RecursionError):  # what was rejected may not even be JSON
             continue
         if isinstance(obj, dict):
             counts.update(obj.keys())
