@@ -27,7 +27,9 @@ HEADER = """\
 
 Every command takes `--lake PATH` (default `$LAKECURATE_LAKE`, else `./lake`). Errors print one
 line starting with `error:` on stderr and exit with code 1 (`lakecurate --debug ...` adds the
-traceback); an ingest that leaves DEAD chunks exits with code 2.
+traceback); an ingest that leaves DEAD chunks (or an unreadable input file) exits with code 2, and
+one that committed a file most of whose records are malformed for one reason exits with code 3
+after naming the reason and the fix (docs/usage.md, "A file that is mostly malformed").
 """
 
 

@@ -126,13 +126,22 @@ class Lake:
         verify: bool = False,
         reporter: Reporter | None = None,
         args: str = "",
+        text_field: str | None = None,
+        id_field: str | None = None,
     ) -> IngestReport:
-        """Ingest files or folders; safe to re-run and to kill at any moment."""
+        """Ingest files or folders; safe to re-run and to kill at any moment.
+
+        ``text_field`` / ``id_field`` override ``[input]`` of the config: the record fields the
+        documents' text and id are read from. They change decisions, so on an existing lake
+        they must agree with its config.
+        """
         from lakecurate.ingest.chunking import find_inputs
         from lakecurate.ingest.runner import ingest
         from lakecurate.lake import atomic
 
         cfg = self.config(config)
+        if text_field is not None or id_field is not None:
+            cfg = self.config(configuration.with_input(cfg, text_field, id_field))
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
         found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
         self.paths.root.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -66,6 +66,53 @@ class IngestConfig:
     commit_chunks: int = 64
     commit_bytes: int = 1024**3
     commit_seconds: float = 5.0
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    """Where a record keeps its text and its id, the ``[input]`` section.
+
+    The lake's columns stay ``text`` and ``id``; these only name the record fields (or Parquet
+    columns) they are read from, e.g. ``content`` or ``body``. They change which documents a
+    lake holds, so a value other than the default is part of the config hash.
+    """
+
+    text_field: str = "text"
+    id_field: str = "id"
+
+    def __post_init__(self) -> None:
+        for key in ("text_field", "id_field"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    f"[input].{key} = {value!r}: must be the non-empty name of a record field"
+                )
+        if self.text_field == self.id_field:
+            raise ConfigError(
+                f"[input].text_field and id_field are both {self.text_field!r}: a field "
+                "cannot be both the text and the id; name two different fields"
+            )
+
+
+def _input_from_dict(sec: object) -> InputConfig:
+    """The ``[input]`` section: unknown keys here, values by the class."""
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[input] must be a table, got {type(sec).__name__}")
+    _check_keys("input", sec, {"text_field", "id_field"})
+    return InputConfig(**sec)
+
+
+def with_input(cfg: Config, text_field: str | None = None, id_field: str | None = None) -> Config:
+    """``cfg`` reading text and id from these fields (None: as ``cfg`` does); validated."""
+    if text_field is None and id_field is None:
+        return cfg
+    return replace(
+        cfg,
+        input=InputConfig(
+            text_field=cfg.input.text_field if text_field is None else text_field,
+            id_field=cfg.input.id_field if id_field is None else id_field,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -211,14 +258,17 @@ class Config:
     # Lambdas: both classes are defined further down, with the filter sections.
     filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
     gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
+    input: InputConfig = field(default_factory=InputConfig)  # last: positional use predates it
 
     def decision_dict(self) -> dict[str, Any]:
         """The parts that change which documents are kept, canonically ordered.
 
-        Filters and strict gates appear only when configured, so lakes made before filters
-        existed keep their hash.
+        Filters, strict gates and input fields appear only when configured, so lakes made
+        before they existed keep their hash.
         """
         out: dict[str, Any] = {"normalisation": NORMALISATION_VERSION, "dedup": asdict(self.dedup)}
+        if self.input != InputConfig():
+            out["input"] = asdict(self.input)
         if self.filters.steps:
             out["filters"] = self.filters.decision_list()
         if self.gates.strict and self.gates.bounds:
@@ -263,11 +313,11 @@ def _seconds(key: str, value: object) -> float:
 
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML."""
-    unknown = sorted(set(data) - {"ingest", "dedup", "near_dedup", *_FILTER_SECTIONS})
+    unknown = sorted(set(data) - {"ingest", "input", "dedup", "near_dedup", *_FILTER_SECTIONS})
     if unknown:
         raise ConfigError(
             f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
-            "allowed keys: dedup, ingest, near_dedup, " + ", ".join(_FILTER_SECTIONS)
+            "allowed keys: dedup, ingest, input, near_dedup, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
@@ -328,6 +378,7 @@ def from_dict(data: dict[str, Any]) -> Config:
                 "commit_seconds", ing.get("commit_seconds", defaults.commit_seconds)
             ),
         ),
+        input=_input_from_dict(data.get("input", {})),
         dedup=DedupConfig(exact=exact),
         near_dedup=_near_from_dict(data.get("near_dedup", {})),
         filters=(filters := _filters_from_dict(data)),
@@ -369,9 +420,18 @@ def to_toml(cfg: Config) -> str:
             "[dedup]\n"
             f"exact = {'true' if d.exact else 'false'}\n"
         )
+        + _input_to_toml(cfg.input)
         + _near_to_toml(cfg.near_dedup)
         + _filters_to_toml(cfg.filters, cfg.gates)
     )
+
+
+def _input_to_toml(i: InputConfig) -> str:
+    # Only when set: the TOML of a default config (and of every lake made before) is unchanged.
+    if i == InputConfig():
+        return ""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in asdict(i).items()]
+    return "\n[input]\n" + "\n".join(lines) + "\n"
 
 
 def _near_to_toml(n: NearDedupConfig) -> str:

@@ -11,8 +11,8 @@ keys containing that text. Unset, every call is a dictionary lookup and nothing 
 Points: ``worker`` (a worker starts a chunk), ``staged_write`` (the staged Parquet temp file is
 written, not yet renamed), ``index_ahead`` (a chunk decided, its index rows written ahead of its
 group's Delta commit), ``before_delta_commit`` (intents recorded, Delta not yet written),
-``delta_write`` (a worker writing a chunk's data files), ``after_delta_commit``, ``during_state_update``
-(inside the DuckDB transaction after a commit).
+``delta_write`` (a worker writing a chunk's data files), ``after_delta_commit``,
+``during_state_update`` (inside the DuckDB transaction after a commit).
 """
 
 from __future__ import annotations

@@ -29,6 +29,8 @@ class Format(StrEnum):
     JSONL = "jsonl"
     JSONL_GZ = "jsonl.gz"
     JSONL_ZST = "jsonl.zst"
+    JSONL_BZ2 = "jsonl.bz2"
+    JSONL_XZ = "jsonl.xz"
     PARQUET = "parquet"
 
 

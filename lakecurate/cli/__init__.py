@@ -173,8 +173,9 @@ def _summary(r: IngestReport) -> str:
             head += f"; {r.rows_superseded:,} rows of changed inputs removed"
         if r.chunks_redecided:
             head += f"; {r.chunks_redecided:,} chunk(s) that referred to them decided again"
-    lines = [head, *(f"note: {n}" for n in r.notes)]
+    lines = [head, *(f"note: {n}" for n in r.notes), *(f"note: {s}" for s in r.skipped)]
     lines += [f"error: {e}" for e in r.file_errors]
+    lines += [f"error: {m}" for m in r.malformed]
     lines += [f"DEAD: {k}: {e}" for k, e in r.dead]
     if r.dead:
         lines.append("fix the cause, then `lakecurate retry` and re-run the same ingest")
@@ -199,16 +200,30 @@ def _summary(r: IngestReport) -> str:
 @click.option(
     "--verify", is_flag=True, help="Re-read and re-hash every input (ignore the stat cache)."
 )
+@click.option(
+    "--text-field",
+    metavar="FIELD",
+    help="The record field holding the text (default: [input].text_field, else text).",
+)
+@click.option(
+    "--id-field",
+    metavar="FIELD",
+    help="The record field holding the id (default: [input].id_field, else id).",
+)
 def ingest_cmd(
     inputs: tuple[str, ...],
     lake_path: Path,
     config_path: Path | None,
     workers: int | None,
     verify: bool,
+    text_field: str | None,
+    id_field: str | None,
 ) -> None:
-    """Ingest JSONL / JSONL.gz / JSONL.zst / Parquet files or folders into the lake.
+    """Ingest JSON lines (.jsonl, .ndjson, .json.gz; gz/zst/bz2/xz) or Parquet files or folders.
 
     Safe to interrupt and to re-run: a re-run resumes, and on unchanged input does nothing.
+    Exits 2 when chunks are DEAD or files unreadable, 3 when most records of a file are
+    malformed for one reason (the lake is committed; the line says what to change).
     """
     report = _open(lake_path).ingest(
         list(inputs),
@@ -217,10 +232,14 @@ def ingest_cmd(
         verify=verify,
         reporter=RichReporter(),
         args=shlex.join(sys.argv[1:]),
+        text_field=text_field,
+        id_field=id_field,
     )
     click.echo(_summary(report))
     if not report.ok:
         sys.exit(2)
+    if report.malformed:
+        sys.exit(3)
 
 
 @main.command("status")

@@ -6,6 +6,11 @@ same key and a changed input gives new keys; identical bytes in two files (a/dat
 b/data.jsonl, common in crawl mirrors) are two chunks, each owned by its own file, so changing one
 file can never take the other's rows with it (issue 12, D6). Plain JSONL is cut at newline
 boundaries near the target size; Parquet by groups of row groups; compressed JSONL is one chunk.
+
+Which files are read is one table, ``_SUFFIXES``: JSON lines under any of its usual names
+(``.jsonl``, ``.ndjson``, and ``.json`` when compressed: how C4 and Dolma ship), plain or compressed
+(gzip, zstd, bzip2, xz), and Parquet. The stem in a chunk key is the name without the matched
+suffix, so the keys of the formats read before the aliases existed are unchanged.
 """
 
 from __future__ import annotations
@@ -25,22 +30,91 @@ from lakecurate.lake.paths import LakePaths
 from lakecurate.types import ChunkSpec, Format
 
 _BLOCK = 8 * 1024 * 1024
-_SUFFIXES = (
-    (".jsonl.gz", Format.JSONL_GZ),
-    (".jsonl.zst", Format.JSONL_ZST),
-    (".jsonl", Format.JSONL),
-    (".parquet", Format.PARQUET),
+_COMPRESSIONS = {
+    "": Format.JSONL,
+    ".gz": Format.JSONL_GZ,
+    ".zst": Format.JSONL_ZST,
+    ".bz2": Format.JSONL_BZ2,
+    ".xz": Format.JSONL_XZ,
+}
+# A plain ``.json`` is not read from a folder: it is as often one JSON document (a dataset's
+# metadata) as JSON lines, and reading it as records would fail the run on a stray info file.
+_SUFFIXES: tuple[tuple[str, Format], ...] = tuple(
+    sorted(
+        [
+            (name + compression, fmt)
+            for name in (".jsonl", ".ndjson", ".json")
+            for compression, fmt in _COMPRESSIONS.items()
+            if name + compression != ".json"
+        ]
+        + [(".parquet", Format.PARQUET)],
+        key=lambda pair: -len(pair[0]),  # the longest suffix wins (.jsonl.gz before .gz)
+    )
 )
+READS = "JSON lines (.jsonl, .ndjson, .json.gz; plain or .gz, .zst, .bz2, .xz) and .parquet"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+# Why a file below an input folder was not read (``Inputs.skipped`` keys, in the order shown).
+SKIP_UNSUPPORTED = "unsupported"
+SKIP_HIDDEN = "hidden"
+SKIP_EMPTY = "empty"
+_SKIP_WHY = {
+    SKIP_UNSUPPORTED: f"not a format lakecurate reads (it reads {READS})",
+    SKIP_HIDDEN: "hidden (the name starts with '.'); name one on the command line to read it",
+    SKIP_EMPTY: "empty file (0 bytes), no records",
+}
+_EXAMPLES = 5
+
+
+def _suffix(path: str) -> tuple[str, Format] | None:
+    lower = path.lower()
+    for suffix, fmt in _SUFFIXES:
+        if lower.endswith(suffix):
+            return suffix, fmt
+    return None
 
 
 def detect_format(path: str) -> Format | None:
     """The input format from the file name, or None for files lakecurate does not read."""
-    lower = path.lower()
-    for suffix, fmt in _SUFFIXES:
-        if lower.endswith(suffix):
-            return fmt
-    return None
+    found = _suffix(path)
+    return found[1] if found else None
+
+
+def _extension(path: str) -> str:
+    """How a skipped file's name ends, for the summary: ``.txt``, ``.json``, ``no extension``."""
+    name = os.path.basename(path).lstrip(".")
+    return "." + name.rsplit(".", 1)[1].lower() if "." in name else "no extension"
+
+
+def _hint(path: str) -> str:
+    """What to do with a plain ``.json`` (see ``_SUFFIXES``), else nothing."""
+    json_file = _extension(path) == ".json"
+    return "; rename a .json holding one JSON object per line to .jsonl" if json_file else ""
+
+
+def skipped_lines(skipped: dict[str, list[str]]) -> list[str]:
+    """One line per kind of skipped file: how many, why, and a few of them."""
+    lines = []
+    for kind, why in _SKIP_WHY.items():
+        paths = sorted(skipped.get(kind, []))
+        if not paths:
+            continue
+        counts: dict[str, int] = {}
+        for p in paths:
+            counts[_extension(p)] = counts.get(_extension(p), 0) + 1
+        what = (
+            " (" + ", ".join(f"{n} {e}" for e, n in sorted(counts.items())) + ")"
+            if kind == SKIP_UNSUPPORTED
+            else ""
+        )
+        more = f" and {len(paths) - _EXAMPLES:,} more" if len(paths) > _EXAMPLES else ""
+        hint = _hint("x.json") if ".json" in counts else ""
+        lines.append(
+            f"skipped {len(paths):,} file(s){what}: {why}{hint}: "
+            + ", ".join(paths[:_EXAMPLES])
+            + more
+        )
+    return lines
 
 
 def chunk_key(stem: str, index: int, path: str, first_line: int, digest: str) -> str:
@@ -53,9 +127,10 @@ def chunk_key(stem: str, index: int, path: str, first_line: int, digest: str) ->
     return f"{stem}_{index:05d}_{identity[:8]}"
 
 
-def _stem(path: str, fmt: Format) -> str:
+def _stem(path: str) -> str:
     name = os.path.basename(path)
-    return _UNSAFE.sub("_", name[: len(name) - len(fmt.value) - 1]) or "input"
+    found = _suffix(name)
+    return _UNSAFE.sub("_", name[: len(name) - len(found[0])] if found else name) or "input"
 
 
 def _bad_name(path: str) -> str | None:
@@ -95,18 +170,22 @@ def _inside_lake(path: str, lake: str | None) -> str | None:
 @dataclass
 class Inputs:
     """The inputs of one ingest, discovered once: what was given, the files found with their
-    formats, and what was skipped (``problems``: unreadable entries; ``notes``: lakes)."""
+    formats, and what was skipped (``problems``: unreadable entries; ``notes``: lakes;
+    ``skipped``: files below a folder that are not read, by kind: ``SKIP_*``)."""
 
     given: list[str]
     files: list[tuple[str, Format]]
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
 
 
 def find_inputs(given: Sequence[str], lake: Path | None) -> Inputs:
     """Discover ``given`` for an ingest into ``lake``; raises InputError for a bad path."""
     found = Inputs(list(given), [])
-    found.files = discover(found.given, found.problems, lake=lake, notes=found.notes)
+    found.files = discover(
+        found.given, found.problems, lake=lake, notes=found.notes, skipped=found.skipped
+    )
     return found
 
 
@@ -116,10 +195,14 @@ def discover(
     *,
     lake: Path | None = None,
     notes: list[str] | None = None,
+    skipped: dict[str, list[str]] | None = None,
 ) -> list[tuple[str, Format]]:
     """Expand files and folders into (absolute path, format), sorted, without following links.
 
     A folder contributes every file with a known suffix; a file named explicitly must have one.
+    The other files of a folder, and its hidden files and folders (names starting with '.':
+    ``.git``, macOS's ``._x.jsonl``), are not read; when ``skipped`` is given they are listed
+    there by kind, so that none vanishes without a word (issue 16).
     An entry of a folder that has a known suffix but cannot be read as a file (a broken link, a
     symlink loop, a FIFO, a name that is not UTF-8) is skipped, and when ``problems`` is given a
     message naming it is added there: it must never vanish without a word (issue 7).
@@ -131,6 +214,7 @@ def discover(
     """
     inputs = list(inputs)  # iterated twice: a generator would leave the error message empty
     found: dict[str, Format] = {}
+    skipped = {} if skipped is None else skipped
     own = os.path.abspath(lake) if lake is not None else None
     for raw in inputs:
         path = os.path.abspath(os.fspath(raw))
@@ -143,20 +227,25 @@ def discover(
             )
         if os.path.isdir(path):
             for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
-                skipped = [
+                lakes = [
                     d
                     for d in dirnames
                     if os.path.join(dirpath, d) == own or is_lake(os.path.join(dirpath, d))
                 ]
-                for name in skipped:
+                for name in lakes:
                     dirnames.remove(name)
                     if notes is not None:
                         notes.append(f"{os.path.join(dirpath, name)}: a lake, not read as input")
+                for name in [d for d in dirnames if d.startswith(".")]:
+                    dirnames.remove(name)
+                    skipped.setdefault(SKIP_HIDDEN, []).append(os.path.join(dirpath, name, ""))
                 dirnames.sort()
                 for name in sorted(filenames):
                     full = os.path.join(dirpath, name)
                     fmt = detect_format(full)
-                    if not fmt:
+                    skip = SKIP_HIDDEN if name.startswith(".") else SKIP_UNSUPPORTED
+                    if name.startswith(".") or not fmt:
+                        skipped.setdefault(skip, []).append(full)
                         continue
                     why = _bad_name(full)
                     if why is None and not os.path.isfile(full):
@@ -174,8 +263,7 @@ def discover(
             fmt = detect_format(path)
             if fmt is None:
                 raise InputError(
-                    f"{raw}: unknown input format; lakecurate reads .jsonl, .jsonl.gz, "
-                    ".jsonl.zst and .parquet files"
+                    f"{raw}: unknown input format; lakecurate reads {READS} files{_hint(path)}"
                 )
             found[path] = fmt
         elif os.path.lexists(path):
@@ -183,9 +271,11 @@ def discover(
         else:
             raise InputError(f"{raw}: no such file or folder")
     if not found:
+        seen = ", ".join(f"{len(v):,} {k}" for k, v in sorted(skipped.items()))
         raise InputError(
-            "no input files found (looked for .jsonl, .jsonl.gz, .jsonl.zst, "
-            ".parquet in: " + ", ".join(map(str, inputs)) + ")"
+            f"no input files found in {', '.join(map(str, inputs))}"
+            + (f" (skipped: {seen})" if seen else "")
+            + f"; lakecurate reads {READS}"
         )
     return sorted(found.items())
 
@@ -200,7 +290,7 @@ def _read_blocks(path: str) -> Iterator[bytes]:
 
 
 def _plan_jsonl(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
-    stem = _stem(path, Format.JSONL)
+    stem = _stem(path)
     specs: list[ChunkSpec] = []
     chunk_hashes = hashlib.sha256()
     state = {"start": 0, "size": 0, "lines": 0, "first_line": 1}
@@ -265,7 +355,7 @@ def _plan_whole(path: str, fmt: Format) -> tuple[str, list[ChunkSpec]]:
     if size == 0:
         return digest, []
     spec = ChunkSpec(
-        chunk_key=chunk_key(_stem(path, fmt), 0, path, 1, digest),
+        chunk_key=chunk_key(_stem(path), 0, path, 1, digest),
         source_path=path,
         source_sha256=digest,
         format=fmt,
@@ -285,7 +375,7 @@ def _plan_parquet(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from exc
     md = pf.metadata
-    stem = _stem(path, Format.PARQUET)
+    stem = _stem(path)
     schema = str(pf.schema_arrow).encode()
     groups: list[tuple[int, int]] = []
     start, size = 0, 0

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakecurate.errors import InputError
-from lakecurate.ingest.chunking import Inputs, plan_file
+from lakecurate.ingest.chunking import SKIP_EMPTY, Inputs, plan_file
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkSpec, Format, Status
@@ -43,6 +43,7 @@ class Plan:
     files_read: int = 0
     bytes_read: int = 0
     notes: list[str] = field(default_factory=list)
+    skipped: dict[str, list[str]] = field(default_factory=dict)  # by kind: chunking.SKIP_*
 
 
 def make_plan(
@@ -58,7 +59,11 @@ def make_plan(
     chunks superseded, as a clean run of the folder as it is now would not have them.
     """
     reporter = reporter or NullReporter()
-    plan = Plan(file_errors=list(inputs.problems), notes=list(inputs.notes))
+    plan = Plan(
+        file_errors=list(inputs.problems),
+        notes=list(inputs.notes),
+        skipped={k: list(v) for k, v in inputs.skipped.items()},
+    )
     seen_keys: dict[str, str] = {}
     found = inputs.files
     paths = [p for p, _ in found]
@@ -92,8 +97,8 @@ def make_plan(
             plan.files_read += 1
             plan.bytes_read += st.st_size
             plan.sources.append(SourceRecord(path, fmt, st, sha, chunk_size))
-        if fresh and st.st_size == 0 and fmt is not Format.PARQUET:
-            plan.notes.append(f"{path}: empty file (0 bytes), no records")  # said, not hidden
+        if st.st_size == 0 and fmt is not Format.PARQUET:  # said on every run, not hidden
+            plan.skipped.setdefault(SKIP_EMPTY, []).append(path)
         reporter.file_planned(path, plan.files, len(found), fresh)
         new_keys = {s.chunk_key for s in specs}
         for spec, status in old:

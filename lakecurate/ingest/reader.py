@@ -8,22 +8,24 @@ parse becomes a *malformed* record carrying its raw bytes and the error, never a
 from __future__ import annotations
 
 import base64
+import bz2
 import gzip
 import hashlib
 import io
 import itertools
 import json
+import lzma
 import math
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakecurate.config import IngestConfig
+from lakecurate.config import IngestConfig, InputConfig
 from lakecurate.errors import PermanentChunkError, TransientError, one_line
 from lakecurate.ingest.digest import parquet_digest
 from lakecurate.types import ChunkSpec, Format
@@ -131,12 +133,14 @@ _BATCH_BYTES = 32 << 20
 class Records:
     """Column builders for one chunk's parsed records.
 
-    A record without a usable ``id`` gets ``<source path>:<line>``: the full path the planner
-    gives, so same-named files in two folders cannot collide (issue D11).
+    The text and the id are read from the fields ``fields`` names (``[input]``: ``text`` and
+    ``id`` unless configured). A record without a usable id gets ``<source path>:<line>``: the
+    full path the planner gives, so same-named files in two folders cannot collide (issue D11).
     """
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, fields: InputConfig | None = None) -> None:
         self.source = source
+        self.fields = fields or InputConfig()
         self.blank_lines = 0
         self._cols: dict[str, list[Any]] = {n: [] for n in RECORD_SCHEMA.names}
         self._pending = 0
@@ -169,25 +173,27 @@ class Records:
                 line, raw or _dump(obj), "not_object", f"a JSON {_type_name(obj)}, not an object"
             )
             return
-        rid = obj.get("id")
+        text_field, id_field = self.fields.text_field, self.fields.id_field
+        rid = obj.get(id_field)
         usable = id_ok and (
             (isinstance(rid, str) and rid != "")
             or (isinstance(rid, int) and not isinstance(rid, bool))
         )
         doc_id = str(rid) if usable else self.derived_id(line)
-        if "text" not in obj:
-            self.malformed(line, raw or _dump(obj), "missing_text", "the record has no 'text'")
+        if text_field not in obj:
+            self.malformed(
+                line, raw or _dump(obj), "missing_text", f"the record has no {text_field!r}"
+            )
             return
-        text = obj["text"]
+        text = obj[text_field]
         if text_type is not None or not isinstance(text, str):
             what = text_type if text_type is not None and text is not None else _type_name(text)
-            self.malformed(
-                line, raw or _dump(obj), "text_not_string", f"'text' is {what}, not a string"
-            )
+            error = f"{text_field!r} is {what}, not a string"
+            self.malformed(line, raw or _dump(obj), "text_not_string", error)
             return
         # An id that cannot name the document (null, "", a float, ...) stays in meta: a kept
         # document has no raw bytes, so dropping it here would lose it for good.
-        meta = {k: v for k, v in obj.items() if k != "text" and (k != "id" or not usable)}
+        meta = {k: v for k, v in obj.items() if k != text_field and (k != id_field or not usable)}
         try:
             meta_json = _json(meta) if meta else None
         except RecursionError:  # parsed a frame higher up the stack than it is dumped here
@@ -346,14 +352,34 @@ def _open(path: str) -> BinaryIO:
         raise TransientError(f"cannot open {path}: {exc.strerror}") from exc
 
 
+def _zstd(f: BinaryIO) -> io.BufferedIOBase:
+    # Arrow's stream hands out at most what is asked for: zstandard's decompressobj returns all
+    # the output of its input at once (the first 64 KiB of a 10,000:1 file came back as all its
+    # 200 MB), and its stream_reader misses a cut frame.
+    return io.BufferedReader(pa.CompressedInputStream(f, "zstd"), 1 << 20)
+
+
+# The one table of compressed formats: the name errors use, and the decompressing stream. Each
+# stream hands out lines on demand, so ``_bounded_lines`` bounds what is held.
+_DECOMPRESSORS: dict[Format, tuple[str, Callable[[BinaryIO], io.BufferedIOBase]]] = {
+    Format.JSONL_GZ: ("gzip", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
+    Format.JSONL_ZST: ("zstd", _zstd),
+    Format.JSONL_BZ2: ("bzip2", lambda f: bz2.BZ2File(f, "rb")),
+    Format.JSONL_XZ: ("xz", lambda f: lzma.LZMAFile(f, "rb")),  # noqa: SIM115
+}
+
+
 def read_chunk(
-    spec: ChunkSpec, max_decompressed: int = IngestConfig.max_compressed_chunk_bytes
+    spec: ChunkSpec,
+    max_decompressed: int = IngestConfig.max_compressed_chunk_bytes,
+    fields: InputConfig | None = None,
 ) -> Records:
     """All records of one chunk, verified against the chunk's sha256.
 
-    ``max_decompressed`` bounds a compressed chunk (``[ingest].max_compressed_chunk_bytes``).
+    ``max_decompressed`` bounds a compressed chunk (``[ingest].max_compressed_chunk_bytes``);
+    ``fields`` names the text and id fields (``[input]``).
     """
-    recs = Records(spec.source_path)
+    recs = Records(spec.source_path, fields)
     if spec.format is Format.PARQUET:
         return _read_parquet(spec, recs)
     with _open(spec.source_path) as f:
@@ -368,20 +394,13 @@ def read_chunk(
         hashing = _HashingReader(f)
         buffered = io.BufferedReader(hashing, 1 << 20)
         line = spec.first_line
+        kind, decompress = _DECOMPRESSORS[spec.format]
         try:
-            if spec.format is Format.JSONL_GZ:
-                stream: io.BufferedIOBase = gzip.GzipFile(fileobj=buffered, mode="rb")
-            else:
-                # Arrow's stream hands out at most what is asked for: zstandard's decompressobj
-                # returns all the output of its input at once (the first 64 KiB of a 10,000:1
-                # file came back as all its 200 MB), and its stream_reader misses a cut frame.
-                zstd = pa.CompressedInputStream(buffered, "zstd")
-                stream = io.BufferedReader(zstd, 1 << 20)
+            stream = decompress(buffered)
             for raw in _bounded_lines(spec, stream, max_decompressed):
                 recs.add_line(line, raw)
                 line += 1
-        except (EOFError, OSError, zlib.error, ValueError) as exc:
-            kind = "gzip" if spec.format is Format.JSONL_GZ else "zstd"
+        except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
             raise PermanentChunkError(
                 f"{spec.source_path}: corrupt or truncated {kind} stream after line "
                 f"{line - 1} ({one_line(exc)}); fix or remove the file and re-run"
@@ -410,11 +429,12 @@ def _read_parquet(spec: ChunkSpec, recs: Records) -> Records:
         raise PermanentChunkError(f"{spec.source_path}: unreadable Parquet ({exc})") from exc
     names = table.column_names
     types = {n: _plain_type(table.schema.field(n).type) for n in names}
-    id_ok = "id" not in types or _is_string(types["id"]) or pa.types.is_integer(types["id"])
+    id_col, text_col = recs.fields.id_field, recs.fields.text_field
+    id_ok = id_col not in types or _is_string(types[id_col]) or pa.types.is_integer(types[id_col])
     text_type = (
         None
-        if "text" not in types or _is_string(types["text"])
-        else str(table.schema.field("text").type)
+        if text_col not in types or _is_string(types[text_col])
+        else str(table.schema.field(text_col).type)
     )
     line = spec.first_line
     # A batch at a time: the whole chunk as Python dicts weighed several times its Arrow size.

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 from lakecurate.config import Config
 from lakecurate.errors import DiskFullError, disk_full, is_disk_full
-from lakecurate.ingest.chunking import Inputs
+from lakecurate.ingest.chunking import Inputs, skipped_lines
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
+from lakecurate.ingest.malformed import mostly_malformed
 from lakecurate.ingest.plan import make_plan
 from lakecurate.ingest.scheduler import Executor, IngestReport, Scheduler
 from lakecurate.lake.paths import LakePaths
@@ -64,6 +65,9 @@ def ingest(
                     committer,
                     executor,
                 )
+                report.malformed = mostly_malformed(
+                    session.state, paths.documents, [p for p, _ in inputs.files], cfg.input
+                )
             except BaseException:
                 session.done, session.dead = report.chunks_committed, len(report.dead)
                 raise
@@ -99,6 +103,7 @@ def _plan_and_run(
     plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
     report.files, report.files_read = plan.files, plan.files_read
     report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
+    report.skipped = skipped_lines(plan.skipped)
     report.chunks_planned = len(plan.specs)
     # Superseded rows leave the table, and the chunks that pointed at them are decided again,
     # before any new chunk is deduplicated against the lake.

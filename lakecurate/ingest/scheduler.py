@@ -85,6 +85,8 @@ class IngestReport:
     dead: list[tuple[str, str]] = field(default_factory=list)
     file_errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # per kind: input files not read, and why
+    malformed: list[str] = field(default_factory=list)  # files mostly malformed: reason and fix
     seconds: float = 0.0
     index: dict[str, float] = field(default_factory=dict)  # membership-index counters
 

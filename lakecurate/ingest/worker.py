@@ -50,7 +50,7 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     faults.hit("worker", spec.chunk_key)
     cfg = pipeline_config(order)
     pipeline = filters.build(cfg.filters)
-    recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes)
+    recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes, cfg.input)
     con = engine.connect(threads=1)
     try:
         if cfg.filters.steps:

@@ -241,7 +241,8 @@ def _cases() -> dict[str, tuple[bytes, dict[int, str | None]]]:
             _ok("a unicode file name") + b"\n",
             {1: KEPT},
         ),
-        "..dots..jsonl": (_ok("a name of dots") + b"\n", {1: KEPT}),
+        # (a leading dot makes a name hidden: skipped and said, see test_silent_loss.py)
+        "dots...jsonl": (_ok("a name of dots") + b"\n", {1: KEPT}),
         "a..b.jsonl": (_ok("dots inside a name") + b"\n", {1: KEPT}),
     }
 

@@ -82,10 +82,16 @@ def test_discover_walks_folders_recursively_sorted_and_skips_unknown(tmp_path: P
         _touch(root / "a" / "c.parquet"),
         _touch(root / "m" / "x.jsonl.zst"),
         _touch(root / "UPPER.JSONL"),
+        _touch(root / "a" / "b" / "x.jsonl.bz2"),
     ]
-    for junk in ("notes.txt", "data.json", "README", "a/b/x.jsonl.bz2", "m/x.gz", "a/.jsonl~"):
+    for junk in ("notes.txt", "data.json", "README", "a/b/x.jsonl.lz4", "m/x.gz", "a/.jsonl~"):
         _touch(root / junk)
-    found = chunking.discover([root])
+    skipped: dict[str, list[str]] = {}
+    found = chunking.discover([root], skipped=skipped)
+    assert sorted(skipped[chunking.SKIP_UNSUPPORTED]) == sorted(
+        str(root / j) for j in ("notes.txt", "data.json", "README", "a/b/x.jsonl.lz4", "m/x.gz")
+    )
+    assert skipped[chunking.SKIP_HIDDEN] == [str(root / "a" / ".jsonl~")]
     assert found == sorted(found)
     assert [p for p, _ in found] == sorted(str(p) for p in wanted)
     formats = dict(found)

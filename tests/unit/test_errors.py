@@ -116,7 +116,7 @@ def test_bad_config_is_config_error(tmp_path: Path, content: bytes | None, said:
     ("name", "said"),
     [
         ("nope.jsonl", r"nope\.jsonl: no such file or folder"),
-        ("data.csv", r"data\.csv: unknown input format; lakecurate reads \.jsonl"),
+        ("data.csv", r"data\.csv: unknown input format; lakecurate reads JSON lines \(\.jsonl"),
     ],
 )
 def test_missing_or_unknown_input_is_input_error(tmp_path: Path, name: str, said: str) -> None:
