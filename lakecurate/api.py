@@ -127,11 +127,15 @@ class Lake:
         reporter: Reporter | None = None,
         args: str = "",
     ) -> IngestReport:
-        """Ingest files or folders; safe to re-run and to kill at any moment."""
+        """Ingest files or folders; safe to re-run and to kill at any moment.
+
+        Workers start with ``spawn``: a script must call this under ``if __name__ ==
+        "__main__":`` (refused at once otherwise, see ``require_main_guard``)."""
         from lakecurate.ingest.chunking import find_inputs
-        from lakecurate.ingest.runner import ingest
+        from lakecurate.ingest.runner import ingest, require_main_guard
         from lakecurate.lake import atomic
 
+        require_main_guard()
         cfg = self.config(config)
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
         found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)

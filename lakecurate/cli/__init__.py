@@ -12,13 +12,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 from lakecurate import __version__
 from lakecurate.cli.render import FORMATS, render
-from lakecurate.errors import LakecurateError
+from lakecurate.errors import LakecurateError, one_line
 
 if TYPE_CHECKING:
     from lakecurate.api import IngestReport, Lake
@@ -59,12 +60,42 @@ def _format_option(f: Any) -> Any:
     )(f)
 
 
+def _usage_failed(exc: click.UsageError) -> NoReturn:
+    """A usage error like every other error: one ``error:`` line naming the help, exit 1.
+
+    (click's own shows the usage, a hint and the error on three lines and exits 2, which
+    here means an ingest that left DEAD chunks.) A group called without a command shows its
+    help, as ``--help`` would.
+    """
+    if isinstance(exc, NoArgsIsHelpError) and exc.ctx is not None:
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
+    message = one_line(exc.format_message()).removesuffix(".")
+    where = exc.ctx.command_path if exc.ctx is not None else "lakecurate"
+    click.echo(f"error: {message[:1].lower()}{message[1:]} (try '{where} --help')", err=True)
+    sys.exit(1)
+
+
 class _Group(click.Group):
-    """Turns library errors into one line and an exit code."""
+    """Turns library and usage errors into one line and an exit code."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:  # the top level's own options and arguments
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _usage_failed(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's (or a subgroup's) options and arguments
+            _usage_failed(exc)
         except LakecurateError as exc:
             if ctx.params.get("debug") or os.environ.get("LAKECURATE_DEBUG"):
                 traceback.print_exc()
