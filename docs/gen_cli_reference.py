@@ -37,6 +37,10 @@ do (`lakecurate --debug ...` adds the traceback). Exit codes:
 - `2`: it ran but left something undone: an ingest that left DEAD chunks, a `verify` that found
   problems.
 - `130`: interrupted (Ctrl-C); re-run the same command to resume.
+
+Tables (`--format table`) fit the terminal's width (`$COLUMNS`, else the terminal's; output to a
+pipe or a file is not cut to a width): long values wrap, and columns that do not fit are left
+out, named under the table; `--format json` and `--format csv` always hold every column and value.
 """
 
 
