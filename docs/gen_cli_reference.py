@@ -39,8 +39,8 @@ do (`lakecurate --debug ...` adds the traceback). Exit codes:
 - `130`: interrupted (Ctrl-C); re-run the same command to resume.
 
 Tables (`--format table`) fit the terminal's width (`$COLUMNS`, else the terminal's; output to a
-pipe or a file is not cut to a width): long values wrap, and columns that do not fit are left
-out, named under the table; `--format json` and `--format csv` always hold every column and value.
+pipe or a file is not fitted unless `$COLUMNS` is set): long values wrap, and columns that do not
+fit are left out, named under the table; `--format json` and `csv` always hold everything.
 """
 
 

@@ -29,8 +29,8 @@ SEP = "  "
 
 
 def terminal_width() -> int | None:
-    """The width tables fit: ``$COLUMNS``, else the terminal stdout is; None (no limit) when
-    stdout is a pipe or a file, so that a program reading a table gets every column."""
+    """The width tables fit: ``$COLUMNS``, else that of the terminal stdout writes to; None
+    (no limit) for a pipe or a file, so that a program reading a table gets every column."""
     given = os.environ.get("COLUMNS", "")
     if given.isdigit() and int(given) > 0:
         return int(given)
