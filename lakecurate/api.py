@@ -134,11 +134,14 @@ class Lake:
         ``text_field`` / ``id_field`` override ``[input]`` of the config: the record fields the
         documents' text and id are read from. They change decisions, so on an existing lake
         they must agree with its config.
-        """
+
+        Workers start with ``spawn``: a script must call this under ``if __name__ ==
+        "__main__":`` (refused at once otherwise, see ``require_main_guard``)."""
         from lakecurate.ingest.chunking import find_inputs
-        from lakecurate.ingest.runner import ingest
+        from lakecurate.ingest.runner import ingest, require_main_guard
         from lakecurate.lake import atomic
 
+        require_main_guard()
         cfg = self.config(config)
         if text_field is not None or id_field is not None:
             cfg = self.config(configuration.with_input(cfg, text_field, id_field))

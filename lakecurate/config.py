@@ -288,8 +288,7 @@ def _check_keys(section: str, given: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(given) - allowed)
     if unknown:
         raise ConfigError(
-            f"unknown key [{section}].{unknown[0]} in lakecurate.toml; allowed keys: "
-            + ", ".join(sorted(allowed))
+            f"unknown key [{section}].{unknown[0]}; allowed keys: " + ", ".join(sorted(allowed))
         )
 
 
@@ -316,7 +315,7 @@ def from_dict(data: dict[str, Any]) -> Config:
     unknown = sorted(set(data) - {"ingest", "input", "dedup", "near_dedup", *_FILTER_SECTIONS})
     if unknown:
         raise ConfigError(
-            f"unknown key [top level].{unknown[0]} in lakecurate.toml; "
+            f"unknown key [top level].{unknown[0]}; "
             "allowed keys: dedup, ingest, input, near_dedup, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = data.get("ingest", {})
@@ -398,7 +397,10 @@ def load(path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
-    return from_dict(data)
+    try:
+        return from_dict(data)
+    except ConfigError as exc:  # name the file: it is not always the lake's lakecurate.toml
+        raise ConfigError(f"{path}: {exc}") from exc
 
 
 def to_toml(cfg: Config) -> str:

@@ -19,6 +19,10 @@ class ConfigError(LakecurateError):
     """The pipeline configuration is invalid (names the key and the allowed values)."""
 
 
+class UsageError(LakecurateError):
+    """The library was called in a way that cannot work; the message says what to change."""
+
+
 class InputError(LakecurateError):
     """An input path is missing, unreadable or of an unknown format."""
 

@@ -12,13 +12,14 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 from lakecurate import __version__
-from lakecurate.cli.render import FORMATS, render
-from lakecurate.errors import LakecurateError
+from lakecurate.cli.render import FORMATS, render, terminal_width
+from lakecurate.errors import LakecurateError, one_line
 
 if TYPE_CHECKING:
     from lakecurate.api import IngestReport, Lake
@@ -59,12 +60,56 @@ def _format_option(f: Any) -> Any:
     )(f)
 
 
+def _usage_failed(exc: click.UsageError) -> NoReturn:
+    """A usage error like every other error: one ``error:`` line naming the help, exit 1.
+
+    (click's own shows the usage, a hint and the error on three lines and exits 2, which
+    here means an ingest that left DEAD chunks.) A group called without a command shows its
+    help, as ``--help`` would.
+    """
+    if isinstance(exc, NoArgsIsHelpError) and exc.ctx is not None:
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
+    message = one_line(exc.format_message()).removesuffix(".")
+    where = exc.ctx.command_path if exc.ctx is not None else "lakecurate"
+    click.echo(f"error: {message[:1].lower()}{message[1:]} (try '{where} --help')", err=True)
+    sys.exit(1)
+
+
+def _echo(
+    columns: list[str],
+    rows: list[Any],
+    fmt: str,
+    *,
+    first: tuple[str, ...] = (),
+    wrap: tuple[str, ...] = (),
+) -> None:
+    """Rows on stdout in ``fmt``; a table fits the terminal (``render``: ``first`` columns
+    kept first, ``wrap`` columns wrapped, the columns left out named under it)."""
+    out = render(columns, rows, fmt, width=terminal_width(), first=first, wrap=wrap)
+    click.echo(out, nl=False)
+
+
 class _Group(click.Group):
-    """Turns library errors into one line and an exit code."""
+    """Turns library and usage errors into one line and an exit code."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:  # the top level's own options and arguments
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _usage_failed(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's (or a subgroup's) options and arguments
+            _usage_failed(exc)
         except LakecurateError as exc:
             if ctx.params.get("debug") or os.environ.get("LAKECURATE_DEBUG"):
                 traceback.print_exc()
@@ -259,11 +304,9 @@ def status_cmd(lake_path: Path, fmt: str) -> None:
             if title in ("failures", "flagged") and not res.rows:
                 continue
             click.echo(f"== {title}")
-            click.echo(render(res.columns, res.rows, fmt), nl=False)
+            _echo(res.columns, res.rows, fmt)
         else:  # csv, json: every row names its section, so a program can tell them apart
-            click.echo(
-                render(["section", *res.columns], [(title, *r) for r in res.rows], fmt), nl=False
-            )
+            _echo(["section", *res.columns], [(title, *r) for r in res.rows], fmt)
 
 
 def _version_options(f: Any) -> Any:
@@ -295,7 +338,7 @@ def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None,
     (kept), rejects (dropped).
     """
     res = _open(lake_path).sql(query, version=version, as_of=as_of)
-    click.echo(render(res.columns, res.rows, fmt), nl=False)
+    _echo(res.columns, res.rows, fmt)
 
 
 @main.command("retry")
@@ -311,16 +354,27 @@ def retry_cmd(chunk_keys: tuple[str, ...], lake_path: Path) -> None:
 
 
 # -- time travel, lineage, export, maintenance ---------------------------------------------
-def _sections(parts: list[tuple[str, Any]], fmt: str) -> None:
+def _sections(parts: list[tuple[str, Any]], fmt: str, wrap: tuple[str, ...] = ()) -> None:
     """Several results: titled in a table, every row naming its section in CSV / JSON."""
     for title, res in parts:
         if fmt == "table":
             click.echo(f"== {title}")
-            click.echo(render(res.columns, res.rows, fmt), nl=False)
+            _echo(res.columns, res.rows, fmt, wrap=wrap)
         else:
-            click.echo(
-                render(["section", *res.columns], [(title, *r) for r in res.rows], fmt), nl=False
-            )
+            _echo(["section", *res.columns], [(title, *r) for r in res.rows], fmt)
+
+
+HISTORY_FIRST = (
+    "version",
+    "timestamp",
+    "operation",
+    "rows_added",
+    "rows_removed",
+    "detail",
+    "config_hash",
+    "run_id",
+)
+"""The columns of `history` a narrow terminal keeps first (then the others, left to right)."""
 
 
 @main.command("history")
@@ -335,7 +389,7 @@ def history_cmd(lake_path: Path, limit: int | None, fmt: str) -> None:
     Version, time, operation, chunk keys, rows added and removed, run id, config hash.
     """
     res = _open(lake_path).history(limit)
-    click.echo(render(res.columns, res.rows, fmt), nl=False)
+    _echo(res.columns, res.rows, fmt, first=HISTORY_FIRST, wrap=("detail",))
 
 
 @main.command("diff")
@@ -354,7 +408,7 @@ def diff_cmd(a: int, b: int, lake_path: Path, rows: bool, limit: int | None, fmt
     with a different kept / reason.
     """
     res = _open(lake_path).diff(a, b, rows=rows, limit=limit)
-    click.echo(render(res.columns, res.rows, fmt), nl=False)
+    _echo(res.columns, res.rows, fmt)
 
 
 @main.command("explain")
@@ -377,13 +431,9 @@ def explain_cmd(doc_id: str, lake_path: Path, version: int | None, fmt: str) -> 
     if fmt == "table":  # one wide row reads better as field / value pairs
         for n, row in enumerate(ex.occurrences.rows, 1):
             click.echo(f"== occurrence {n} of {len(ex.occurrences.rows)}")
-            click.echo(
-                render(
-                    ["field", "value"], list(zip(ex.occurrences.columns, row, strict=True)), fmt
-                ),
-                nl=False,
-            )
-        _sections([("related", ex.related)], fmt)
+            pairs = list(zip(ex.occurrences.columns, row, strict=True))
+            _echo(["field", "value"], pairs, fmt, wrap=("value",))  # paths, hashes: whole
+        _sections([("related", ex.related)], fmt, wrap=("id",))
         click.echo(f"({ex.seconds * 1000:.0f} ms)")
     else:
         _sections([("occurrence", ex.occurrences), ("related", ex.related)], fmt)
@@ -489,13 +539,17 @@ def index_group() -> None:
     """The two-tier membership index (Bloom filters in front of DuckDB)."""
 
 
+INDEX_STATS_FIRST = ("space", "file", "n", "tier2_rows", "fill_ratio", "estimated_p", "target_p")
+"""The columns of `index stats` a narrow terminal keeps first."""
+
+
 @index_group.command("stats")
 @_lake_option
 @_format_option
 def index_stats_cmd(lake_path: Path, fmt: str) -> None:
     """n, m, k, fill ratio, estimated and target p, memory, and tier-2 counts per key space."""
     res = _open(lake_path).index_stats()
-    click.echo(render(res.columns, res.rows, fmt), nl=False)
+    _echo(res.columns, res.rows, fmt, first=INDEX_STATS_FIRST)
 
 
 @main.command("dedup-stats")
@@ -555,7 +609,7 @@ def vacuum_cmd(
 ) -> None:
     """Delete data files only old versions need (a dry run unless --no-dry-run)."""
     r = _open(lake_path).vacuum(dry_run, retention_hours, force)
-    click.echo(render(["file"], [(f,) for f in r.files], fmt), nl=False)
+    _echo(["file"], [(f,) for f in r.files], fmt, wrap=("file",))
     verb = "would delete" if r.dry_run else "deleted"
     tail = f"; readable versions: {r.readable[0]} to {r.readable[1]}" if r.readable else ""
     click.echo(

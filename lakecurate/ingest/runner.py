@@ -9,12 +9,18 @@ group keeps the driver's commit cost per chunk small and flat.
 
 from __future__ import annotations
 
+import ast
 import json
+import multiprocessing
+import os
+import sys
 import time
+import tokenize
 from collections.abc import Callable
+from types import FrameType, ModuleType
 
 from lakecurate.config import Config
-from lakecurate.errors import DiskFullError, disk_full, is_disk_full
+from lakecurate.errors import DiskFullError, UsageError, disk_full, is_disk_full
 from lakecurate.ingest.chunking import Inputs, skipped_lines
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
@@ -27,7 +33,71 @@ from lakecurate.store.session import write_session
 from lakecurate.store.state import StateStore
 from lakecurate.types import WorkOrder
 
-__all__ = ["IngestReport", "ingest"]
+__all__ = ["IngestReport", "ingest", "require_main_guard"]
+
+_GUARD = 'put the code that ingests under `if __name__ == "__main__":`'
+
+
+def require_main_guard() -> None:
+    """Refuse an ingest its own workers would start again, before anything is written.
+
+    Workers start with ``spawn``: each one runs the main script again (as ``__mp_main__``), so
+    an ingest called from the script's unguarded top level runs once more in every worker,
+    which finds the lake locked and dies, and the pool starts another one, forever. Caught in
+    the script (the line of its top level that leads here is outside an ``if __name__``
+    block) and, should its source be unreadable, in a worker re-running it.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # spawn bootstrap
+        main = sys.modules.get("__mp_main__")
+        where = f" {main.__file__}" if main and getattr(main, "__file__", None) else ""
+        raise UsageError(
+            f"Lake.ingest was called while a worker process re-ran the main script{where}: "
+            + _GUARD
+        )
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or not _rerun_by_workers(main):
+        return
+    line = _top_level_line(path)
+    if line is None:
+        return
+    try:
+        with tokenize.open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return  # no source to judge: a worker re-running the call is refused instead
+    if not any(
+        isinstance(node, ast.If)
+        and node.lineno <= line <= (node.end_lineno or node.lineno)
+        and any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test))
+        for node in ast.walk(tree)
+    ):
+        raise UsageError(
+            f"Lake.ingest is called from the top level of {path} (line {line}), which every "
+            f"worker process runs again when it starts (multiprocessing 'spawn'): {_GUARD}"
+        )
+
+
+def _top_level_line(path: str) -> int | None:
+    """The line of the script ``path``'s top-level code that is running, if it is on the
+    stack (an ``exec`` or an import in between included)."""
+    want = os.path.realpath(path)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and os.path.realpath(code.co_filename) == want:
+            return frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _rerun_by_workers(main: ModuleType | None) -> bool:
+    """Whether a spawned worker runs ``main`` again (``multiprocessing.spawn``'s own rule: a
+    script by its path, ``-m mod`` by its name, but never a package's ``__main__``)."""
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return not (name == "__main__" or name.endswith(".__main__"))
+    return getattr(main, "__file__", None) is not None
 
 
 def ingest(

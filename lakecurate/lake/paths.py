@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,12 +11,27 @@ from lakecurate.errors import LakeError
 SNAPSHOT_NAME = "state.snapshot.duckdb"
 """The copy of the small state tables readers use while a writer holds ``state.duckdb``."""
 
+# `s3://b/x` as a Path is `s3:/b/x`; a scheme has two letters or more (`C:/` is a drive).
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):/+(.*)$", re.DOTALL)
+
 
 @dataclass(frozen=True)
 class LakePaths:
     """The files and folders of the lake at ``root``."""
 
     root: Path
+
+    def __post_init__(self) -> None:
+        """Refuse a URI before anything is created: as a path, ``s3://b/x`` would be a local
+        folder ``./s3:/b/x``."""
+        if m := _URI.match(str(self.root)):
+            scheme, rest = m.group(1).lower(), m.group(2)
+            if scheme == "file":
+                raise LakeError(f"lake file:///{rest} is a URL: pass the folder as a path: /{rest}")
+            raise LakeError(
+                f"lake {scheme}://{rest}: object storage and URLs are not supported yet, only "
+                "local folders; pass a local folder (a mounted bucket works too)"
+            )
 
     @property
     def state(self) -> Path:

@@ -416,6 +416,15 @@ def _check_reads(con: duckdb.DuckDBPyConnection, kind: str, text: str) -> None:
         if len(inner) != 1 or _kind(inner[0]) != "SELECT":
             raise _refused(f"EXPLAIN of {', '.join(_kind(i) for i in inner) or 'nothing'} is")
         _check_select(con, inner[0].query)
+    elif kind == "LOAD":  # DuckDB's type for INSTALL and FORCE INSTALL too
+        words = [w.upper() for w in _words(text)[:2]]
+        verb = " ".join(words) if words[:1] == ["FORCE"] else words[0]
+        does = "downloads" if verb.endswith("INSTALL") else "loads"
+        raise ReadOnlyError(
+            f"`lakecurate sql` is read-only: {verb} refused (it {does} a DuckDB extension). It "
+            "has the extensions it needs; to use another, run duckdb yourself over the lake's "
+            "files (state.duckdb, and documents/ with delta_scan)"
+        )
     elif kind == "PRAGMA":
         words = _words(text)
         name = words[1].lower() if len(words) > 1 else ""
