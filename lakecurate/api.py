@@ -44,13 +44,27 @@ def __getattr__(name: str) -> Any:
 
 @dataclass
 class LakeStatus:
-    """Chunks by status, the funnel, recent failures and runs."""
+    """The pipeline, chunks by status, the funnel, keep rates by file and by language, recent
+    failures and runs."""
 
     by_status: query.QueryResult
     funnel: query.QueryResult
     failures: query.QueryResult
     runs: query.QueryResult
     flagged: query.QueryResult
+    pipeline: query.QueryResult
+    by_file: query.QueryResult
+    by_language: query.QueryResult
+
+
+def _pipeline(cfg: Config | None) -> query.QueryResult:
+    """The `pipeline` rows of `status`: the preset the lake's config came from, its hash, and
+    its steps in order (one row each, so none is cut off in a narrow terminal)."""
+    rows: list[tuple[Any, ...]] = []
+    if cfg is not None:
+        rows = [("preset", cfg.preset or "none (the lake's own config)"), ("config", cfg.hash)]
+        rows += [(f"step {i}", name) for i, name in enumerate(cfg.step_names(), 1)]
+    return query.QueryResult(["setting", "value"], rows)
 
 
 class Lake:
@@ -122,17 +136,25 @@ class Lake:
         inputs: list[str | os.PathLike[str]],
         *,
         config: Config | Path | None = None,
+        preset: str | None = None,
         workers: int | None = None,
         verify: bool = False,
         reporter: Reporter | None = None,
         args: str = "",
     ) -> IngestReport:
-        """Ingest files or folders; safe to re-run and to kill at any moment."""
+        """Ingest files or folders; safe to re-run and to kill at any moment.
+
+        ``preset`` names a shipped preset (``config.PRESETS``); with a config file, the file
+        extends it. A new lake given neither gets ``config.default_config()``.
+        """
         from lakecurate.ingest.chunking import find_inputs
         from lakecurate.ingest.runner import ingest
         from lakecurate.lake import atomic
 
-        cfg = self.config(config)
+        given = configuration.with_preset(config, preset)
+        if given is None and not (self.paths.config.exists() or self.paths.documents.exists()):
+            given = configuration.default_config()  # a new lake: the default preset
+        cfg = self.config(given)
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
         found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
         self.paths.root.mkdir(parents=True, exist_ok=True)
@@ -173,17 +195,33 @@ class Lake:
         from lakecurate.store.state import SNAPSHOT_TABLES
 
         self._require_state()
-        DeltaStore(self.paths.documents).table()
+        table = DeltaStore(self.paths.documents).table()
+        cfg = self._config_if_known()
+        files = table.file_uris() if table is not None else []
         con = query.open_reader(
-            self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES, views=False
+            self.paths.state,
+            self.paths.documents,
+            tables=SNAPSHOT_TABLES,
+            views=False,
+            files=files,
         )
         try:
+            by_file = by_language = query.QueryResult([], [])
+            if files:
+                by_file = query.shorten_paths(
+                    query.run(con, engine.q("report.by_file"), {"limit": 20}), "file"
+                )
+                if cfg is not None and "langid" in cfg.step_names():
+                    by_language = query.run(con, engine.q("report.by_language"), {"limit": 20})
             return LakeStatus(
                 by_status=query.run(con, engine.q("state.by_status")),
                 funnel=query.run(con, engine.q("state.funnel")),
                 failures=query.run(con, engine.q("state.failures")),
                 runs=query.run(con, engine.q("state.runs"), {"limit": 5}),
                 flagged=query.run(con, engine.q("state.flagged")),
+                pipeline=_pipeline(cfg),
+                by_file=by_file,
+                by_language=by_language,
             )
         finally:
             con.close()

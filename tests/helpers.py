@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakecurate import Lake
+from lakecurate.config import PRESET_ENV
 from lakecurate.lake.record import SUPERSEDE, CommitRecord
 
 if TYPE_CHECKING:
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     from lakecurate.store.band_index import NearDedupIndex
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The preset a new lake gets without a config or a preset, for the whole suite: "minimal" (the
+# empty-text filter and exact dedup), which the counts of the tests that ingest without a
+# config were written for. conftest.py sets it in this process (so worker and helper
+# processes inherit it) and cli_env passes it on; a test of the real default unsets it
+# (``cli_env({PRESET_ENV: ""})`` or monkeypatch.delenv).
+TEST_DEFAULT_PRESET = "minimal"
 
 SMALL_CONFIG = """\
 [ingest]
@@ -61,6 +69,7 @@ def lakecurate_cmd(*args: object) -> list[str]:
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKECURATE_")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env[PRESET_ENV] = TEST_DEFAULT_PRESET
     env.update(extra or {})
     return env
 

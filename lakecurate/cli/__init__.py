@@ -18,6 +18,7 @@ import click
 
 from lakecurate import __version__
 from lakecurate.cli.render import FORMATS, render
+from lakecurate.config import DEFAULT_PRESET, PRESETS
 from lakecurate.errors import LakecurateError
 
 if TYPE_CHECKING:
@@ -191,6 +192,13 @@ def _summary(r: IngestReport) -> str:
     help="Pipeline config (lakecurate.toml); stored in the lake on first use.",
 )
 @click.option(
+    "--preset",
+    type=click.Choice(PRESETS),
+    default=None,
+    help=f"Start from a shipped preset (a --config file then extends it). A new lake given "
+    f"neither gets {DEFAULT_PRESET!r}; see docs/usage.md, Presets.",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -203,6 +211,7 @@ def ingest_cmd(
     inputs: tuple[str, ...],
     lake_path: Path,
     config_path: Path | None,
+    preset: str | None,
     workers: int | None,
     verify: bool,
 ) -> None:
@@ -213,6 +222,7 @@ def ingest_cmd(
     report = _open(lake_path).ingest(
         list(inputs),
         config=config_path,
+        preset=preset,
         workers=workers,
         verify=verify,
         reporter=RichReporter(),
@@ -227,17 +237,21 @@ def ingest_cmd(
 @_lake_option
 @_format_option
 def status_cmd(lake_path: Path, fmt: str) -> None:
-    """Chunks by status, rows kept and dropped, the funnel, recent failures and runs."""
+    """The pipeline, chunks by status, the funnel, keep rates by file and by language, recent
+    failures and runs."""
     st = _open(lake_path).status()
     for title, res in (
+        ("pipeline", st.pipeline),
         ("chunks", st.by_status),
         ("funnel", st.funnel),
+        ("files", st.by_file),
+        ("languages", st.by_language),
         ("flagged", st.flagged),
         ("failures", st.failures),
         ("runs", st.runs),
     ):
         if fmt == "table":
-            if title in ("failures", "flagged") and not res.rows:
+            if title in ("failures", "flagged", "files", "languages") and not res.rows:
                 continue
             click.echo(f"== {title}")
             click.echo(render(res.columns, res.rows, fmt), nl=False)
