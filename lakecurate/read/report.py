@@ -45,7 +45,8 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:18px;margin:0 0 10px}
 box-shadow:0 1px 2px rgba(0,0,0,.08)}
 .card b{display:block;font-size:24px}.card span{color:#4a5568;font-size:13px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(540px,1fr));gap:16px}
-section{background:#fff;border-radius:8px;padding:16px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+section{background:#fff;border-radius:8px;padding:16px;box-shadow:0 1px 2px rgba(0,0,0,.08);
+overflow-x:auto}section.wide{grid-column:1/-1}
 svg{display:block;max-width:100%;height:auto}svg text{font-size:12px;fill:#2d3748}
 .note{color:#4a5568;font-size:13px;margin:6px 0 0}
 table{border-collapse:collapse;width:100%;font-size:13px}
@@ -68,7 +69,9 @@ def hbars(items: Sequence[tuple[str, float, str]], color: str = _COLORS["after"]
     if not items:
         return '<p class="note">nothing to show</p>'
     top = max(v for _, v, _ in items) or 1
-    label_w, bar_w, row_h = 170, _W - 170 - 150, 26
+    # Room after the longest bar for the longest note (~7 px a character at 12 px).
+    note_w = max(150, 7 * max(len(n) for _, _, n in items) + 12)
+    label_w, bar_w, row_h = 170, _W - 170 - note_w, 26
     parts = [f'<svg viewBox="0 0 {_W} {row_h * len(items) + 6}" role="img">']
     for i, (label, value, note) in enumerate(items):
         y = i * row_h + 3
@@ -92,6 +95,8 @@ def _ticks(top: float, log: bool) -> list[tuple[float, float]]:
     while t <= top:
         out.append((t, _height(t, top, log)))
         t *= 10
+    if out[-1][1] < 0.85:  # the top too, when the last power of ten is well below it
+        out.append((top, 1.0))
     return out
 
 
@@ -188,6 +193,7 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+_WIDE = {"Keep rate by input file"}  # sections with a table too wide for half the page
 _NOT_IDENTIFIED = "(not identified: dropped earlier)"  # the by_language row of no language
 
 
@@ -452,7 +458,8 @@ def render(state: Path, documents: Path, version: int | None) -> str:
         ),
     ]
     body = "".join(
-        f"<section><h2>{_e(t)}</h2>{svg}"
+        ('<section class="wide">' if t in _WIDE else "<section>")
+        + f"<h2>{_e(t)}</h2>{svg}"
         + (f'<p class="note">{_e(n)}</p>' if n else "")
         + "</section>"
         for t, svg, n in sections
