@@ -195,8 +195,9 @@ def _summary(r: IngestReport) -> str:
     "--preset",
     type=click.Choice(PRESETS),
     default=None,
-    help=f"Start from a shipped preset (a --config file then extends it). A new lake given "
-    f"neither gets {DEFAULT_PRESET!r}; see docs/usage.md, Presets.",
+    metavar="NAME",
+    help=f"Start from a shipped preset: {', '.join(PRESETS)}; a --config file then extends it. "
+    f"A new lake given neither gets {DEFAULT_PRESET} (docs/usage.md, Presets).",
 )
 @click.option(
     "--workers",
@@ -237,8 +238,11 @@ def ingest_cmd(
 @_lake_option
 @_format_option
 def status_cmd(lake_path: Path, fmt: str) -> None:
-    """The pipeline, chunks by status, the funnel, keep rates by file and by language, recent
-    failures and runs."""
+    """The pipeline, chunks, funnel, keep rates by file and language, failures, runs.
+
+    The file and language tables read the latest version's data files (kept, reason and lang
+    columns only); the rest comes from the state tables.
+    """
     st = _open(lake_path).status()
     for title, res in (
         ("pipeline", st.pipeline),

@@ -95,7 +95,7 @@ def _ticks(top: float, log: bool) -> list[tuple[float, float]]:
     while t <= top:
         out.append((t, _height(t, top, log)))
         t *= 10
-    if out[-1][1] < 0.85:  # the top too, when the last power of ten is well below it
+    if not out or out[-1][1] < 0.85:  # the top too, when the last power of ten is well below it
         out.append((top, 1.0))
     return out
 
