@@ -122,3 +122,27 @@ def test_the_report_shows_files_and_languages_without_an_unknown_language(
     ][1:]
     assert rows[0] == ["french.jsonl", f"{N_FR}", "0", "0.0%", "filter:langid"]
     assert rows[1][0] == "english.jsonl" and rows[1][2] == f"{N_EN}"
+
+
+def test_the_duplicate_chart_shows_groups_of_two_or_more_on_a_log_scale(
+    tmp_path: Path,
+) -> None:
+    # Near dedup gives every document a cluster; the singletons (here 6, on real data 5,629)
+    # used to be one tall bar hiding the real groups.
+    data = tmp_path / "data.jsonl"
+    near = [" ".join([*PROSE, f"This was letter number {i} of the year."]) for i in range(4)]
+    _write(data, near + PROSE)  # 4 near duplicates, then 6 unrelated sentences
+    (tmp_path / "c.toml").write_text("[near_dedup]\nenabled = true\n", encoding="utf-8")
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([data], config=tmp_path / "c.toml", workers=1).ok
+    (singletons,) = lake.sql(
+        "SELECT count(*) FROM (SELECT cluster_id FROM documents WHERE cluster_id IS NOT NULL "
+        "GROUP BY ALL HAVING count(*) = 1)"
+    ).rows[0]
+    assert singletons == len(PROSE)
+    part = _section(
+        lake.report(tmp_path / "r.html").read_text(encoding="utf-8"), "Duplicate groups by size"
+    )
+    bars = re.findall(r"<title>(.*?)</title>", part)
+    assert bars == ["near 4: 1"]
+    assert "groups (log scale)" in part

@@ -255,7 +255,8 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
     latest = lake.report(tmp_path / "latest.html")
     first = lake.report(tmp_path / "first.html", version=0)
     page = latest.read_text(encoding="utf-8")
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 5
+    # funnel, lengths, duplicates, throughput (no language id here: a note, no chart)
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 4
     for section in (
         "Filter funnel",
         "Drop reasons",
@@ -263,12 +264,14 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
         "Quality gates",
         "Document length, before and after",
         "Languages",
+        "Keep rate by input file",
         "Duplicate groups by size",
         "Chunk throughput over time",
         "Failures",
     ):
         assert section in page
     assert "PII redaction is not configured" in page  # no [filters]: nothing redacted
+    assert "language id is not configured" in page and "unknown" not in page
     assert "no chunk outside its quality gate" in page
     # nothing outside the file: no script, no external reference of any kind
     assert "<script" not in page.lower()
