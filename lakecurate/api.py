@@ -196,7 +196,7 @@ class Lake:
 
         self._require_state()
         table = DeltaStore(self.paths.documents).table()
-        cfg = self._config_if_known()
+        cfg = self._stored_config()
         files = table.file_uris() if table is not None else []
         con = query.open_reader(
             self.paths.state,
@@ -400,6 +400,14 @@ class Lake:
 
     def _require_state(self) -> None:
         self.paths.require_state("read")
+
+    def _stored_config(self) -> Config | None:
+        """The lake's lakecurate.toml as it is (None when missing or unreadable): what `status`
+        shows, never written back from the log by a read-only command."""
+        try:
+            return configuration.load(self.paths.config) if self.paths.config.exists() else None
+        except ConfigError:
+            return None
 
     def _config_if_known(self) -> Config | None:
         """The lake's config for a command that makes no decisions (its near-dedup settings

@@ -646,16 +646,17 @@ def _langid_before(steps: tuple[StepConfig, ...], i: int) -> StepConfig | None:
 def _inert_language_params(steps: tuple[StepConfig, ...], i: int) -> set[str]:
     """The language scopes of ``steps[i]`` that cannot change a decision, left out of the hash
     (so lakes made before they existed keep theirs): an empty ``languages``, and a
-    ``stop_words_languages`` that every document reaching the step is in (no language id
-    before it: the rule applies to all; or language id keeps only languages in the list)."""
+    ``stop_words_languages`` under which the rule applies to every document reaching the step
+    (it is empty; no language id before it; or language id keeps only languages in it)."""
     params = dict(steps[i].params)
     out = set()
     if params.get("languages") == ():
         out.add("languages")
     if "stop_words_languages" in params:
+        scope = set(params["stop_words_languages"])
         langid = _langid_before(steps, i)
         keep = set(langid.param("keep")) if langid else set()
-        if langid is None or (keep and keep <= set(params["stop_words_languages"])):
+        if not scope or langid is None or (keep and keep <= scope):
             out.add("stop_words_languages")
     return out
 
