@@ -44,13 +44,27 @@ def __getattr__(name: str) -> Any:
 
 @dataclass
 class LakeStatus:
-    """Chunks by status, the funnel, recent failures and runs."""
+    """The pipeline, chunks by status, the funnel, keep rates by file and by language, recent
+    failures and runs."""
 
     by_status: query.QueryResult
     funnel: query.QueryResult
     failures: query.QueryResult
     runs: query.QueryResult
     flagged: query.QueryResult
+    pipeline: query.QueryResult
+    by_file: query.QueryResult
+    by_language: query.QueryResult
+
+
+def _pipeline(cfg: Config | None) -> query.QueryResult:
+    """The `pipeline` rows of `status`: the preset the lake's config came from, its hash, and
+    its steps in order (one row each, so none is cut off in a narrow terminal)."""
+    rows: list[tuple[Any, ...]] = []
+    if cfg is not None:
+        rows = [("preset", cfg.preset or "none (the lake's own config)"), ("config", cfg.hash)]
+        rows += [(f"step {i}", name) for i, name in enumerate(cfg.step_names(), 1)]
+    return query.QueryResult(["setting", "value"], rows)
 
 
 class Lake:
@@ -122,6 +136,7 @@ class Lake:
         inputs: list[str | os.PathLike[str]],
         *,
         config: Config | Path | None = None,
+        preset: str | None = None,
         workers: int | None = None,
         verify: bool = False,
         reporter: Reporter | None = None,
@@ -130,6 +145,9 @@ class Lake:
         id_field: str | None = None,
     ) -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment.
+
+        ``preset`` names a shipped preset (``config.PRESETS``); with a config file, the file
+        extends it. A new lake given neither gets ``config.default_config()``.
 
         ``text_field`` / ``id_field`` override ``[input]`` of the config: the record fields the
         documents' text and id are read from. They change decisions, so on an existing lake
@@ -142,7 +160,10 @@ class Lake:
         from lakecurate.lake import atomic
 
         require_main_guard()
-        cfg = self.config(config)
+        given = configuration.with_preset(config, preset)
+        if given is None and not (self.paths.config.exists() or self.paths.documents.exists()):
+            given = configuration.default_config()  # a new lake: the default preset
+        cfg = self.config(given)
         if text_field is not None or id_field is not None:
             cfg = self.config(configuration.with_input(cfg, text_field, id_field))
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
@@ -185,17 +206,33 @@ class Lake:
         from lakecurate.store.state import SNAPSHOT_TABLES
 
         self._require_state()
-        DeltaStore(self.paths.documents).table()
+        table = DeltaStore(self.paths.documents).table()
+        cfg = self._stored_config()
+        files = table.file_uris() if table is not None else []
         con = query.open_reader(
-            self.paths.state, self.paths.documents, tables=SNAPSHOT_TABLES, views=False
+            self.paths.state,
+            self.paths.documents,
+            tables=SNAPSHOT_TABLES,
+            views=False,
+            files=files,
         )
         try:
+            by_file = by_language = query.QueryResult([], [])
+            if files:
+                by_file = query.shorten_paths(
+                    query.run(con, engine.q("report.by_file"), {"limit": 20}), "file"
+                )
+                if cfg is not None and "langid" in cfg.step_names():
+                    by_language = query.run(con, engine.q("report.by_language"), {"limit": 20})
             return LakeStatus(
                 by_status=query.run(con, engine.q("state.by_status")),
                 funnel=query.run(con, engine.q("state.funnel")),
                 failures=query.run(con, engine.q("state.failures")),
                 runs=query.run(con, engine.q("state.runs"), {"limit": 5}),
                 flagged=query.run(con, engine.q("state.flagged")),
+                pipeline=_pipeline(cfg),
+                by_file=by_file,
+                by_language=by_language,
             )
         finally:
             con.close()
@@ -374,6 +411,14 @@ class Lake:
 
     def _require_state(self) -> None:
         self.paths.require_state("read")
+
+    def _stored_config(self) -> Config | None:
+        """The lake's lakecurate.toml as it is (None when missing or unreadable): what `status`
+        shows, never written back from the log by a read-only command."""
+        try:
+            return configuration.load(self.paths.config) if self.paths.config.exists() else None
+        except ConfigError:
+            return None
 
     def _config_if_known(self) -> Config | None:
         """The lake's config for a command that makes no decisions (its near-dedup settings

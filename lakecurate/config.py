@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
@@ -259,6 +260,9 @@ class Config:
     filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
     gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
     input: InputConfig = field(default_factory=InputConfig)  # last: positional use predates it
+    # The preset this config was resolved from ("" for a config file that names none). Not part
+    # of the hash or of equality: a preset is a shorthand for the settings it resolves to.
+    preset: str = field(default="", compare=False)
 
     def decision_dict(self) -> dict[str, Any]:
         """The parts that change which documents are kept, canonically ordered.
@@ -282,6 +286,15 @@ class Config:
         """A short, stable hash recorded with every commit."""
         canon = json.dumps(self.decision_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+    def step_names(self) -> list[str]:
+        """Every step a document goes through, in order (what `status` shows)."""
+        steps = [s.name for s in self.filters.steps]
+        if self.dedup.exact:
+            steps.append("exact_dup")
+        if self.near_dedup.enabled:
+            steps.append("near_dup")
+        return steps
 
 
 def _check_keys(section: str, given: dict[str, Any], allowed: set[str]) -> None:
@@ -311,12 +324,13 @@ def _seconds(key: str, value: object) -> float:
 
 
 def from_dict(data: dict[str, Any]) -> Config:
-    """Build a validated ``Config`` from parsed TOML."""
+    """Build a validated ``Config`` from parsed TOML (a top-level ``preset`` resolved first)."""
+    data, preset = _resolve_preset(data)
     unknown = sorted(set(data) - {"ingest", "input", "dedup", "near_dedup", *_FILTER_SECTIONS})
     if unknown:
         raise ConfigError(
             f"unknown key [top level].{unknown[0]}; "
-            "allowed keys: dedup, ingest, input, near_dedup, " + ", ".join(_FILTER_SECTIONS)
+            "allowed keys: preset, dedup, ingest, input, near_dedup, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
@@ -352,6 +366,7 @@ def from_dict(data: dict[str, Any]) -> Config:
     if not isinstance(exact, bool):
         raise ConfigError(f"[dedup].exact = {exact!r}: must be true or false")
     return Config(
+        preset=preset,
         ingest=IngestConfig(
             chunk_size=parse_size(
                 ing.get("chunk_size", defaults.chunk_size), "[ingest].chunk_size"
@@ -385,8 +400,9 @@ def from_dict(data: dict[str, Any]) -> Config:
     )
 
 
-def load(path: Path) -> Config:
-    """Read and validate a ``lakecurate.toml``."""
+def load(path: Path, preset: str | None = None) -> Config:
+    """Read and validate a ``lakecurate.toml``; with ``preset`` (``--preset``), the file
+    extends that preset unless it names its own."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -397,8 +413,9 @@ def load(path: Path) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    data = _given_preset(data, preset, path)  # its errors name the file already
     try:
-        return from_dict(data)
+        return _noted_preset(from_dict(data), text)
     except ConfigError as exc:  # name the file: it is not always the lake's lakecurate.toml
         raise ConfigError(f"{path}: {exc}") from exc
 
@@ -407,7 +424,8 @@ def to_toml(cfg: Config) -> str:
     """Serialise a config so that ``load`` gives it back (written into new lakes)."""
     i, d = cfg.ingest, cfg.dedup
     return (
-        (
+        _preset_note(cfg.preset)
+        + (
             "[ingest]\n"
             f"chunk_size = {i.chunk_size}\n"
             f"max_attempts = {i.max_attempts}\n"
@@ -464,7 +482,16 @@ _OWN_SECTION = {"langid": "langid", "pii": "pii"}
 _EXTRA_PARAMS: dict[str, dict[str, Any]] = {
     "langid": {"max_chars": 2000},
     "url_blocklist": {"file": ""},
+    # Language scopes (pipeline.py): `languages`, the languages a quality step applies to (empty:
+    # every document); `stop_words_languages`, those Gopher's stop-word rule applies to (its
+    # list is English). Both need language id earlier in the steps to mean anything.
+    "gopher_quality": {"languages": (), "stop_words_languages": ("en",)},
+    "gopher_repetition": {"languages": ()},
+    "c4": {"languages": ()},
+    "fineweb": {"languages": ()},
 }
+LANGUAGE_PARAMS = ("languages", "stop_words_languages")
+"""Step parameters handled by the pipeline around the macro call, never passed to it."""
 PII_TYPES = ("email", "ipv4", "ipv6", "phone")
 _FILTER_SECTIONS = ("filters", "gates", "langid", "pii")
 PII_STRATEGIES = ("tag", "hash", "drop", "off")
@@ -558,8 +585,11 @@ class FiltersConfig:
 
     def decision_list(self) -> list[Any]:
         out: list[Any] = []
-        for s in self.steps:
-            params = {k: list(v) if isinstance(v, tuple) else v for k, v in s.params if k != "file"}
+        for i, s in enumerate(self.steps):
+            inert = {"file", *_inert_language_params(self.steps, i)}
+            params = {
+                k: list(v) if isinstance(v, tuple) else v for k, v in s.params if k not in inert
+            }
             if s.name == "langid":
                 params["library"] = LANGID_LIBRARY
             out.append([s.name, params])
@@ -668,7 +698,41 @@ def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
             )
             params["file"] = ""
         out.append(StepConfig(s, tuple(params.items())))
-    return FiltersConfig(tuple(out))
+    return _check_language_scopes(FiltersConfig(tuple(out)))
+
+
+def _langid_before(steps: tuple[StepConfig, ...], i: int) -> StepConfig | None:
+    """The language-id step when it runs before ``steps[i]`` (so that step sees a language)."""
+    return next((s for s in steps[:i] if s.name == "langid"), None)
+
+
+def _inert_language_params(steps: tuple[StepConfig, ...], i: int) -> set[str]:
+    """The language scopes of ``steps[i]`` that cannot change a decision, left out of the hash
+    (so lakes made before they existed keep theirs): an empty ``languages``, and a
+    ``stop_words_languages`` under which the rule applies to every document reaching the step
+    (it is empty; no language id before it; or language id keeps only languages in it)."""
+    params = dict(steps[i].params)
+    out = set()
+    if params.get("languages") == ():
+        out.add("languages")
+    if "stop_words_languages" in params:
+        scope = set(params["stop_words_languages"])
+        langid = _langid_before(steps, i)
+        keep = set(langid.param("keep")) if langid else set()
+        if not scope or langid is None or (keep and keep <= scope):
+            out.add("stop_words_languages")
+    return out
+
+
+def _check_language_scopes(filters: FiltersConfig) -> FiltersConfig:
+    """A step limited to some languages needs language id to run before it."""
+    for i, s in enumerate(filters.steps):
+        if dict(s.params).get("languages") and _langid_before(filters.steps, i) is None:
+            raise ConfigError(
+                f"[filters.{s.name}].languages is set but no language is known when {s.name} "
+                f'runs: put "langid" before "{s.name}" in [filters].steps'
+            )
+    return filters
 
 
 def _gates_from_dict(sec: Any, filters: FiltersConfig) -> GatesConfig:
@@ -721,3 +785,135 @@ def _filters_to_toml(f: FiltersConfig, g: GatesConfig) -> str:
         for name, lo, hi in g.bounds:
             out += ["", f"[gates.{name}]", f"min_drop = {lo!r}", f"max_drop = {hi!r}"]
     return "\n".join(out) + "\n"
+
+
+# -- presets -------------------------------------------------------------------------------------
+# A preset is a config file shipped in lakecurate/presets/; a config names one with a top-level
+# `preset = "..."` and overrides its keys. Once resolved, only the settings count: the hash is
+# that of the resolved config, and a lake stores every resolved setting (with the preset's name
+# in a comment), so editing a preset in a later release never changes an existing lake.
+
+PRESETS = ("minimal", "fineweb", "multilingual")
+DEFAULT_PRESET = "multilingual"
+"""The preset used when a new lake gets neither a config nor a preset (README, "Presets")."""
+PRESET_ENV = "LAKECURATE_PRESET"
+"""Names another default preset (the test suite sets "minimal", what its counts assume)."""
+_NOTE = re.compile(r'^# resolved from preset "(\w+)"')
+
+
+def _presets_dir() -> Path:
+    return Path(__file__).resolve().parent / "presets"
+
+
+def _check_preset(name: object, where: str) -> str:
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"{where} = {name!r} is not a preset: use one of " + ", ".join(PRESETS))
+    return name
+
+
+@cache
+def preset_data(name: str) -> dict[str, Any]:
+    """The settings of a shipped preset, as parsed TOML."""
+    path = _presets_dir() / f"{_check_preset(name, 'preset')}.toml"
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"preset file {path} cannot be read ({exc}): reinstall lakecurate"
+        ) from exc
+
+
+def default_preset() -> str:
+    """The preset of a new lake given no config: ``$LAKECURATE_PRESET``, else ``DEFAULT_PRESET``."""
+    return _check_preset(os.environ.get(PRESET_ENV) or DEFAULT_PRESET, PRESET_ENV)
+
+
+def default_config() -> Config:
+    """The config of a new lake given neither a config nor a preset."""
+    return from_dict({"preset": default_preset()})
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: tables merged key by key, any other value replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = (
+            _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        )
+    return out
+
+
+def _resolve_preset(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The config a top-level ``preset`` key stands for, and the preset's name ("" if none).
+
+    A step the preset configures but the config's own ``[filters].steps`` leaves out loses the
+    preset's settings and gate for it (they would otherwise be "set but not in steps" errors).
+    """
+    if "preset" not in data:
+        return data, ""
+    own = {k: v for k, v in data.items() if k != "preset"}
+    name = _check_preset(data["preset"], "preset")
+    merged = _merge(preset_data(name), own)
+    steps = _table(merged, "filters").get("steps", [])
+    for step in STEPS:
+        if isinstance(steps, list) and step in steps:
+            continue
+        if step in _OWN_SECTION:
+            if step not in own:
+                merged.pop(step, None)
+        elif step not in _table(own, "filters"):
+            _table(merged, "filters").pop(step, None)
+        if step not in _table(own, "gates"):
+            _table(merged, "gates").pop(step, None)
+    return merged, name
+
+
+def _table(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """``data[key]`` when it is a table, else an empty one (a non-table is reported later)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _given_preset(data: dict[str, Any], preset: str | None, path: Path) -> dict[str, Any]:
+    """A config file read with ``--preset``: it extends that preset, unless it names another."""
+    if preset is None:
+        return data
+    if "preset" in data and data["preset"] != preset:
+        raise ConfigError(
+            f"{path} names preset = {data['preset']!r} but --preset {preset} was given: "
+            "drop one of them"
+        )
+    return {"preset": preset, **data}
+
+
+def _preset_note(name: str) -> str:
+    """The first line of a resolved config written into a lake: the preset's name, as a note."""
+    if not name:
+        return ""
+    return (
+        f'# resolved from preset "{name}": every setting is written out below, so this lake '
+        "does not change when the preset does\n"
+    )
+
+
+def _noted_preset(cfg: Config, text: str) -> Config:
+    """A config read from a lake's resolved file keeps the name its note gives."""
+    m = _NOTE.match(text)
+    if cfg.preset or not m:
+        return cfg
+    return replace(cfg, preset=m.group(1))
+
+
+def with_preset(given: Config | Path | None, preset: str | None) -> Config | Path | None:
+    """What ``Lake.ingest(config=..., preset=...)`` means: a preset alone is its config, a file
+    with a preset extends it; a ``Config`` object is already resolved (no preset with it)."""
+    if preset is None:
+        return given
+    if given is None:
+        return from_dict({"preset": preset})
+    if isinstance(given, Path):
+        return load(given, preset)
+    raise ConfigError(
+        "a Config object is already resolved: pass preset= only with a config file or alone"
+    )

@@ -3,12 +3,23 @@ real process (the crash tests kill it with SIGKILL)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_CONFIG, lake_rows, load_generator, run_lakecurate
+from helpers import (
+    SMALL_CONFIG,
+    TEST_DEFAULT_PRESET,
+    lake_rows,
+    load_generator,
+    run_lakecurate,
+)
+
+from lakecurate.config import PRESET_ENV
+
+os.environ[PRESET_ENV] = TEST_DEFAULT_PRESET  # see helpers.TEST_DEFAULT_PRESET
 
 
 @pytest.fixture(scope="session")

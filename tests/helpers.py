@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakecurate import Lake
+from lakecurate.config import PRESET_ENV
 from lakecurate.lake.record import SUPERSEDE, CommitRecord
 
 if TYPE_CHECKING:
@@ -17,8 +19,16 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
     from lakecurate.store.band_index import NearDedupIndex
+    from lakecurate.types import ChunkResult
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The preset a new lake gets without a config or a preset, for the whole suite: "minimal" (the
+# empty-text filter and exact dedup), which the counts of the tests that ingest without a
+# config were written for. conftest.py sets it in this process (so worker and helper
+# processes inherit it) and cli_env passes it on; a test of the real default unsets it
+# (``cli_env({PRESET_ENV: ""})`` or monkeypatch.delenv).
+TEST_DEFAULT_PRESET = "minimal"
 
 SMALL_CONFIG = """\
 [ingest]
@@ -61,6 +71,7 @@ def lakecurate_cmd(*args: object) -> list[str]:
 def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAKECURATE_")}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env[PRESET_ENV] = TEST_DEFAULT_PRESET
     env.update(extra or {})
     return env
 
@@ -281,3 +292,29 @@ def log_chunk_versions(dt: DeltaTable) -> tuple[dict[str, int], list[str]]:
                 )
             committed[key] = int(entry["version"])
     return committed, twice
+
+
+def run_chunk(
+    tmp_path: Path, texts: list[str], data: dict[str, Any]
+) -> tuple[ChunkResult, list[dict[str, Any]]]:
+    """The worker's ``process_chunk`` on one JSONL chunk of ``texts`` (ids d0, d1, ...) with
+    the config ``data`` (parsed TOML): its result and its staged rows."""
+    import pyarrow.parquet as pq
+
+    from lakecurate import config
+    from lakecurate.ingest import chunking, worker
+    from lakecurate.types import Format, WorkOrder
+
+    path = tmp_path / "in.jsonl"
+    path.write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
+    (spec,) = chunking.plan_file(str(path), Format.JSONL, 1 << 30)[1]
+    cfg = config.from_dict(data)
+    staging = tmp_path / "staging"
+    staging.mkdir(exist_ok=True)
+    order = WorkOrder(
+        staging_dir=str(staging), run_id="r", config_hash=cfg.hash, decisions=config.to_toml(cfg)
+    )
+    result = worker.process_chunk(spec, order)
+    return result, pq.read_table(result.staged_path).to_pylist()

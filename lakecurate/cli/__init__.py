@@ -19,6 +19,7 @@ from click.exceptions import NoArgsIsHelpError
 
 from lakecurate import __version__
 from lakecurate.cli.render import FORMATS, render, terminal_width
+from lakecurate.config import DEFAULT_PRESET, PRESETS
 from lakecurate.errors import LakecurateError, one_line
 
 if TYPE_CHECKING:
@@ -237,6 +238,14 @@ def _summary(r: IngestReport) -> str:
     help="Pipeline config (lakecurate.toml); stored in the lake on first use.",
 )
 @click.option(
+    "--preset",
+    type=click.Choice(PRESETS),
+    default=None,
+    metavar="NAME",
+    help=f"Start from a shipped preset: {', '.join(PRESETS)}; a --config file then extends it. "
+    f"A new lake given neither gets {DEFAULT_PRESET} (docs/usage.md, Presets).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=None,
@@ -259,6 +268,7 @@ def ingest_cmd(
     inputs: tuple[str, ...],
     lake_path: Path,
     config_path: Path | None,
+    preset: str | None,
     workers: int | None,
     verify: bool,
     text_field: str | None,
@@ -273,6 +283,7 @@ def ingest_cmd(
     report = _open(lake_path).ingest(
         list(inputs),
         config=config_path,
+        preset=preset,
         workers=workers,
         verify=verify,
         reporter=RichReporter(),
@@ -291,17 +302,24 @@ def ingest_cmd(
 @_lake_option
 @_format_option
 def status_cmd(lake_path: Path, fmt: str) -> None:
-    """Chunks by status, rows kept and dropped, the funnel, recent failures and runs."""
+    """The pipeline, chunks, funnel, keep rates by file and language, failures, runs.
+
+    The file and language tables read the latest version's data files (kept, reason and lang
+    columns only); the rest comes from the state tables.
+    """
     st = _open(lake_path).status()
     for title, res in (
+        ("pipeline", st.pipeline),
         ("chunks", st.by_status),
         ("funnel", st.funnel),
+        ("files", st.by_file),
+        ("languages", st.by_language),
         ("flagged", st.flagged),
         ("failures", st.failures),
         ("runs", st.runs),
     ):
         if fmt == "table":
-            if title in ("failures", "flagged") and not res.rows:
+            if title in ("failures", "flagged", "files", "languages") and not res.rows:
                 continue
             click.echo(f"== {title}")
             _echo(res.columns, res.rows, fmt)

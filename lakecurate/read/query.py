@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Collection, Iterator
+import os
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,13 +115,16 @@ def open_reader(
     *,
     tables: Collection[str] | None = None,
     views: bool = True,
+    files: Sequence[str] = (),
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with a private copy of the state tables (``tables``; all when
     None) as ``lake`` and the views bound to ``version`` (or to the version current at
     ``as_of``; when both are None, the version the copied state describes).
 
     With ``views=False`` only the state tables: no ``documents`` / ``docs`` / ``rejects``, so
-    neither the Delta log nor Arrow is touched (``version`` and ``as_of`` must then be None).
+    neither the Delta log nor Arrow is touched (``version`` and ``as_of`` must then be None);
+    ``files`` (the live data files, what ``status`` passes) then become a ``documents`` view
+    read by DuckDB's own Parquet reader, still without Arrow.
 
     The state file is open only while the tables are copied, so a reader never holds it
     while it runs and never stands in a writer's way (see ``_state_source``).
@@ -143,12 +147,38 @@ def open_reader(
         if views:
             register_documents(con, "documents_dataset", documents, bound)
             con.execute(engine.q("views.create"))
+        elif files:
+            files_view(con, documents, files)
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
         con.close()
         raise
     return con
+
+
+def files_view(con: duckdb.DuckDBPyConnection, documents: Path, files: Sequence[str]) -> None:
+    """A ``documents`` view over the given data files of the table (their ``kept`` partition
+    from the path): enough for the breakdowns `status` shows, with no Arrow loaded. The view
+    reads when queried, so the table's folder stays readable once external access is off."""
+    con.execute(engine.q("report.allow_folder"), {"folders": [f"{documents.resolve()}{os.sep}"]})
+    rel = con.read_parquet(list(files), hive_partitioning=True, union_by_name=True)
+    rel.create_view("documents_files")
+    con.execute(engine.q("report.files_view"))
+
+
+def shorten_paths(res: QueryResult, column: str) -> QueryResult:
+    """``res`` with the folder every path in ``column`` shares cut off (a terminal is narrow)."""
+    i = res.columns.index(column)
+    paths = [str(r[i]) for r in res.rows]
+    if len(paths) < 2:
+        return res
+    common = os.path.commonpath(paths)
+    if not common or common == os.sep:
+        return res
+    cut = len(common.rstrip(os.sep)) + 1
+    rows = [(*r[:i], str(r[i])[cut:], *r[i + 1 :]) for r in res.rows]
+    return QueryResult(res.columns, rows)
 
 
 def reader_version(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import html
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ h1{font-size:26px;margin:0 0 4px}h2{font-size:18px;margin:0 0 10px}
 box-shadow:0 1px 2px rgba(0,0,0,.08)}
 .card b{display:block;font-size:24px}.card span{color:#4a5568;font-size:13px}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(540px,1fr));gap:16px}
-section{background:#fff;border-radius:8px;padding:16px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+section{background:#fff;border-radius:8px;padding:16px;box-shadow:0 1px 2px rgba(0,0,0,.08);
+overflow-x:auto}section.wide{grid-column:1/-1}
 svg{display:block;max-width:100%;height:auto}svg text{font-size:12px;fill:#2d3748}
 .note{color:#4a5568;font-size:13px;margin:6px 0 0}
 table{border-collapse:collapse;width:100%;font-size:13px}
@@ -67,7 +69,9 @@ def hbars(items: Sequence[tuple[str, float, str]], color: str = _COLORS["after"]
     if not items:
         return '<p class="note">nothing to show</p>'
     top = max(v for _, v, _ in items) or 1
-    label_w, bar_w, row_h = 170, _W - 170 - 150, 26
+    # Room after the longest bar for the longest note (~7 px a character at 12 px).
+    note_w = max(150, 7 * max(len(n) for _, _, n in items) + 12)
+    label_w, bar_w, row_h = 170, _W - 170 - note_w, 26
     parts = [f'<svg viewBox="0 0 {_W} {row_h * len(items) + 6}" role="img">']
     for i, (label, value, note) in enumerate(items):
         y = i * row_h + 3
@@ -82,14 +86,37 @@ def hbars(items: Sequence[tuple[str, float, str]], color: str = _COLORS["after"]
     return "".join(parts)
 
 
+def _ticks(top: float, log: bool) -> list[tuple[float, float]]:
+    """(value, fraction of the plot's height) of the y-axis lines: 0, half and top, or the
+    powers of ten up to ``top`` on a log scale."""
+    if not log:
+        return [(round(top * f) if top > 10 else top * f, f) for f in (0, 0.5, 1)]
+    out, t = [], 1.0
+    while t <= top:
+        out.append((t, _height(t, top, log)))
+        t *= 10
+    if not out or out[-1][1] < 0.85:  # the top too, when the last power of ten is well below it
+        out.append((top, 1.0))
+    return out
+
+
+def _height(value: float, top: float, log: bool) -> float:
+    """A value's bar height as a fraction of the plot's (log: log(1 + v), so 1 still shows)."""
+    if log:
+        return math.log1p(max(value, 0)) / math.log1p(top)
+    return value / top
+
+
 def vbars(
     labels: Sequence[str],
     series: Mapping[str, Sequence[float]],
     *,
     x_title: str = "",
     y_title: str = "",
+    log: bool = False,
 ) -> str:
-    """Grouped vertical bars: one group per label, one bar per series (legend below)."""
+    """Grouped vertical bars: one group per label, one bar per series (legend below); with
+    ``log``, heights on a log scale (a few large groups would flatten the others)."""
     if not labels:
         return '<p class="note">nothing to show</p>'
     height, left, bottom, top_pad = 230, 56, 44, 10
@@ -97,26 +124,27 @@ def vbars(
     top = max((v for vals in series.values() for v in vals), default=1) or 1
     group_w = plot_w / len(labels)
     bar_w = max(group_w * 0.8 / len(series), 1)
+    # Every k-th label, k such that the widest label (~7 px a character at 12 px) fits.
+    every = math.ceil((max(len(x) for x in labels) * 7 + 8) / group_w)
     parts = [f'<svg viewBox="0 0 {_W} {height}" role="img">']
-    for frac in (0, 0.5, 1):
+    for value, frac in _ticks(top, log):
         y = top_pad + plot_h * (1 - frac)
         parts.append(
             f'<line x1="{left}" x2="{_W - 10}" y1="{y:.1f}" y2="{y:.1f}" '
             f'stroke="#e2e8f0"/><text x="{left - 6}" y="{y + 4:.1f}" '
-            f'text-anchor="end">{_num(round(top * frac) if top > 10 else top * frac)}'
-            "</text>"
+            f'text-anchor="end">{_num(value)}</text>'
         )
     for g, label in enumerate(labels):
         x0 = left + g * group_w + group_w * 0.1
         for s, (name, vals) in enumerate(series.items()):
-            h = vals[g] / top * plot_h
+            h = _height(vals[g], top, log) * plot_h
             parts.append(
                 f'<rect x="{x0 + s * bar_w:.1f}" y="{top_pad + plot_h - h:.1f}" '
                 f'width="{bar_w - 1:.1f}" height="{h:.1f}" '
                 f'fill="{_COLORS.get(name, "#718096")}"><title>{_e(name)} {_e(label)}'
                 f": {_num(vals[g])}</title></rect>"
             )
-        if len(labels) <= 16 or g % max(len(labels) // 12, 1) == 0:
+        if g % every == 0:
             parts.append(
                 f'<text x="{left + (g + 0.5) * group_w:.1f}" y="{height - bottom + 16}"'
                 f' text-anchor="middle">{_e(label)}</text>'
@@ -163,6 +191,40 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{_e(v)}</td>" for v in r) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+_WIDE = {"Keep rate by input file"}  # sections with a table too wide for half the page
+_NOT_IDENTIFIED = "(not identified: dropped earlier)"  # the by_language row of no language
+
+
+def _compact(n: int) -> str:
+    """1, 512, 1K, 64K, 1M: a power of two short enough for an axis label."""
+    for unit, size in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= size:
+            return f"{n / size:g}{unit}"
+    return str(n)
+
+
+def _group_sizes(clusters: Sequence[tuple[Any, ...]]) -> tuple[list[str], dict[str, list[float]]]:
+    """Duplicate groups per size, for the chart: every size when there are at most 16, else
+    sizes binned in powers of two (2-3, 4-7, ...) so that no bar is too thin to see."""
+    sizes = sorted({int(s) for _, s, _ in clusters})
+    if len(sizes) <= 16:
+        bins = [(z, z) for z in sizes]
+    else:
+        top = max(sizes).bit_length()
+        bins = [(2**b, 2 ** (b + 1) - 1) for b in range(1, top)]
+        bins = [(lo, hi) for lo, hi in bins if any(lo <= z <= hi for z in sizes)]
+    labels = [str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in bins]
+    by_kind = {
+        k: [
+            float(sum(int(g) for kk, z, g in clusters if kk == k and lo <= int(z) <= hi))
+            for lo, hi in bins
+        ]
+        for k in ("exact", "near")
+        if any(c[0] == k for c in clusters)
+    }
+    return labels, by_kind
 
 
 def _funnel(total: int, steps: Sequence[tuple[str, int]]) -> str:
@@ -239,7 +301,11 @@ def render(state: Path, documents: Path, version: int | None) -> str:
 
         (rows, kept, dropped, malformed, chunks, sources, chars, hashes) = run("summary")[0]
         funnel = [(str(s), int(n)) for s, n in run("funnel")]
-        langs, clusters = run("languages"), run("clusters")
+        langs = query.run(con, engine.q("report.by_language"), {"limit": 13}).rows
+        by_file = query.shorten_paths(
+            query.run(con, engine.q("report.by_file"), {"limit": 30}), "file"
+        )
+        clusters = run("clusters")
         found = {int(b): (int(x), int(y)) for b, x, y in run("lengths")}
         lengths = [
             (b, *found.get(b, (0, 0)))
@@ -255,13 +321,13 @@ def render(state: Path, documents: Path, version: int | None) -> str:
     shown = log[-1]["version"] if log else None
     when = utc_text(int(entries[-1]["timestamp"])) if entries else "no commits yet"
     chart, rate = _throughput(log)
-    sizes = sorted({int(s) for _, s, _ in clusters})
-    by_kind = {
-        k: [float(next((g for kk, s, g in clusters if kk == k and s == z), 0)) for z in sizes]
-        for k in ("exact", "near")
-        if any(c[0] == k for c in clusters)
-    }
-    lang_items = [(str(lg), float(k), f"{k:,} kept of {n:,}") for lg, k, n in langs]
+    size_labels, by_kind = _group_sizes(clusters)
+    lang_items = [
+        (str(lg), float(k), f"{k:,} kept of {n:,} ({pct}%)")
+        for lg, n, k, pct in langs[:12]
+        if lg != _NOT_IDENTIFIED
+    ]
+    unidentified = sum(int(n) for lg, n, _, _ in langs if lg == _NOT_IDENTIFIED)
     n_flagged = int(flagged[0][2]) if flagged else 0
     n_redacted = sum(int(m) for _, m, _, _ in redactions)
     cards = [
@@ -336,7 +402,7 @@ def render(state: Path, documents: Path, version: int | None) -> str:
         (
             "Document length, before and after",
             vbars(
-                [f"{2 ** int(b):,}" for b, _, _ in lengths],
+                [_compact(2 ** int(b)) for b, _, _ in lengths],
                 {
                     "before": [float(x) for _, x, _ in lengths],
                     "after": [float(x) for _, _, x in lengths],
@@ -346,15 +412,42 @@ def render(state: Path, documents: Path, version: int | None) -> str:
             ),
             "Every parsed document (before) and the kept ones (after), by length.",
         ),
-        ("Languages (kept documents)", hbars(lang_items), ""),
+        (
+            "Languages (kept documents)",
+            hbars(lang_items)
+            if lang_items
+            else '<p class="note">language id is not configured</p>',
+            (
+                f"{unidentified:,} document(s) were dropped before language id ran (malformed, "
+                "or by a step listed before it): they have no language and are not counted here."
+                if unidentified and lang_items
+                else ""
+            ),
+        ),
+        (
+            "Keep rate by input file",
+            _table(
+                ["file", "documents", "kept", "% kept", "most common drop reason"],
+                [(f, f"{n:,}", f"{k:,}", f"{p}%", r or "-") for f, n, k, p, r in by_file.rows],
+            )
+            if by_file.rows
+            else '<p class="note">no documents</p>',
+            "The lowest share kept first"
+            + (f" (first {len(by_file.rows)} of {sources:,} files)." if sources > 30 else "."),
+        ),
         (
             "Duplicate groups by size",
             vbars(
-                [str(s) for s in sizes], by_kind, x_title="documents in the group", y_title="groups"
+                size_labels,
+                by_kind,
+                x_title="documents in the group",
+                y_title="groups (log scale)",
+                log=True,
             )
-            if sizes
+            if size_labels
             else '<p class="note">no duplicates</p>',
-            "Exact: a kept document and its copies; near: one near-duplicate cluster.",
+            "Exact: a kept document and its copies; near: a near-duplicate cluster of two or "
+            "more documents (a document near no other is not a group).",
         ),
         ("Chunk throughput over time", chart, rate),
         (
@@ -365,7 +458,8 @@ def render(state: Path, documents: Path, version: int | None) -> str:
         ),
     ]
     body = "".join(
-        f"<section><h2>{_e(t)}</h2>{svg}"
+        ('<section class="wide">' if t in _WIDE else "<section>")
+        + f"<h2>{_e(t)}</h2>{svg}"
         + (f'<p class="note">{_e(n)}</p>' if n else "")
         + "</section>"
         for t, svg, n in sections

@@ -77,22 +77,39 @@ SELECT CAST(floor(log2(greatest(length(text), 1))) AS INTEGER) AS bin,
 FROM documents WHERE text IS NOT NULL
 GROUP BY bin ORDER BY bin;
 
--- name: languages
-SELECT coalesce(lang, 'unknown') AS lang, count(*) FILTER (WHERE kept) AS kept,
-       count(*) AS rows
-FROM documents WHERE text IS NOT NULL
-GROUP BY ALL ORDER BY kept DESC, rows DESC, lang LIMIT 12;
+-- name: by_language
+-- Documents by the language language id found, with how many were kept (`status` shows it too,
+-- over the latest version). A document dropped before language id ran (a filter listed before
+-- it, or malformed) has no language: all of them are one row, named so and listed last, never
+-- counted as a language of their own. $limit rows, the most documents first.
+WITH d AS (SELECT lang, kept FROM documents)
+SELECT coalesce(lang, '(not identified: dropped earlier)') AS lang,
+       count(*) AS docs, count(*) FILTER (WHERE kept) AS kept,
+       round(100 * count(*) FILTER (WHERE kept) / count(*), 1) AS kept_pct
+FROM d GROUP BY d.lang
+ORDER BY d.lang IS NULL, docs DESC, d.lang LIMIT $limit;
+
+-- name: by_file
+-- Documents by input file, the lowest share kept first (a file a step wiped out is on top),
+-- with the reason most of its dropped documents carry. $limit rows.
+SELECT source_path AS file, count(*) AS docs, count(*) FILTER (WHERE kept) AS kept,
+       round(100 * count(*) FILTER (WHERE kept) / count(*), 1) AS kept_pct,
+       mode(reason) FILTER (WHERE NOT kept) AS top_drop_reason
+FROM documents GROUP BY source_path
+ORDER BY kept_pct, docs DESC, file LIMIT $limit;
 
 -- name: clusters
 -- Duplicate groups by size: an exact group is a kept document and its `exact_dup` copies; a
--- near group is one `cluster_id`.
+-- near group is one `cluster_id` (a document near nothing else is a cluster of one: not a
+-- duplicate group, left out).
 WITH groups AS (
     SELECT 'exact' AS kind, count(*) + 1 AS size
     FROM documents WHERE reason = 'exact_dup' AND dup_of IS NOT NULL GROUP BY dup_of
     UNION ALL
     SELECT 'near', count(*) FROM documents WHERE cluster_id IS NOT NULL GROUP BY cluster_id
 )
-SELECT kind, size, count(*) AS groups FROM groups GROUP BY ALL ORDER BY kind, size;
+SELECT kind, size, count(*) AS groups FROM groups WHERE size >= 2 GROUP BY ALL
+ORDER BY kind, size;
 
 -- name: failures
 SELECT chunk_key, status, attempts, left(coalesce(last_error, ''), 160) AS last_error
@@ -102,3 +119,12 @@ FROM chunks WHERE status IN ('FAILED', 'DEAD') ORDER BY status, chunk_key LIMIT 
 SELECT count(*) FILTER (WHERE to_status = 'FAILED') AS failed_attempts,
        count(*) FILTER (WHERE to_status = 'DEAD') AS went_dead
 FROM chunk_events;
+
+-- name: files_view
+-- `status`'s `documents`: the live data files as DuckDB reads them (no Arrow loaded); `kept` is
+-- the partition, from each file's path.
+CREATE TEMP VIEW documents AS SELECT * REPLACE (kept::VARCHAR = 'true' AS kept) FROM documents_files;
+
+-- name: allow_folder
+-- The folders a reader may still read once external access is off (`status`: the table's).
+SET allowed_directories = $folders;

@@ -255,7 +255,8 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
     latest = lake.report(tmp_path / "latest.html")
     first = lake.report(tmp_path / "first.html", version=0)
     page = latest.read_text(encoding="utf-8")
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 5
+    # funnel, lengths, duplicates, throughput (no language id here: a note, no chart)
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") >= 4
     for section in (
         "Filter funnel",
         "Drop reasons",
@@ -263,12 +264,14 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
         "Quality gates",
         "Document length, before and after",
         "Languages",
+        "Keep rate by input file",
         "Duplicate groups by size",
         "Chunk throughput over time",
         "Failures",
     ):
         assert section in page
     assert "PII redaction is not configured" in page  # no [filters]: nothing redacted
+    assert "language id is not configured" in page and "unknown" not in page
     assert "no chunk outside its quality gate" in page
     # nothing outside the file: no script, no external reference of any kind
     assert "<script" not in page.lower()
@@ -281,16 +284,10 @@ def test_report_is_self_contained_and_about_its_version(lake: Lake, tmp_path: Pa
     assert "report: version 0" in first.read_text(encoding="utf-8")
 
 
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
-)
-def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
-    html = tmp_path / "report.html"
-    proc = run_cli("report", "--lake", lake.root, "--html", html)
-    assert proc.returncode == 0, proc.stderr
-    shot = tmp_path / "report.png"
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Headless chromium with no network, no sync and a fresh profile, on ``args``."""
     assert CHROMIUM is not None
-    result = subprocess.run(
+    return subprocess.run(
         [
             CHROMIUM,
             "--headless",
@@ -303,15 +300,55 @@ def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli
             f"--user-data-dir={tmp_path / 'profile'}",
             "--enable-logging=stderr",
             "--v=0",
-            f"--screenshot={shot}",
             "--window-size=1280,2000",
-            html.resolve().as_uri(),
+            *args,
         ],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+# Run by the browser on a copy of the report (the report itself has no script): every pair of
+# texts of one chart whose boxes, as laid out, overlap; and every chart wider than its section.
+_LAYOUT_PROBE = """<script>
+addEventListener('load', () => {
+  const out = [];
+  for (const svg of document.querySelectorAll('section svg')) {
+    const title = svg.closest('section').querySelector('h2').textContent;
+    const boxes = [...svg.querySelectorAll('text')].filter(t => t.textContent.trim())
+      .map(t => [t.textContent, t.getBoundingClientRect()]);
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const [a, r] = boxes[i], [b, q] = boxes[j];
+      const w = Math.min(r.right, q.right) - Math.max(r.left, q.left);
+      const h = Math.min(r.bottom, q.bottom) - Math.max(r.top, q.top);
+      if (w > 1 && h > 1) out.push(`${title}: "${a}" overlaps "${b}"`);
+    }
+    const s = svg.getBoundingClientRect(), p = svg.closest('section').getBoundingClientRect();
+    if (s.right > p.right + 1) out.push(`${title}: chart wider than its section`);
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
+)
+@pytest.mark.parametrize("which", ["lake", "filtered"])
+def test_report_renders_in_headless_chromium(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path, run_cli
+) -> None:  # type: ignore[no-untyped-def]
+    lake: Lake = request.getfixturevalue(which)
+    html = tmp_path / "report.html"
+    proc = run_cli("report", "--lake", lake.root, "--html", html)
+    assert proc.returncode == 0, proc.stderr
+    shot = tmp_path / "report.png"
+    result = _chromium(tmp_path, f"--screenshot={shot}", html.resolve().as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
     assert shot.exists()
     png = shot.read_bytes()
@@ -320,6 +357,19 @@ def test_report_renders_in_headless_chromium(lake: Lake, tmp_path: Path, run_cli
     log = result.stderr
     assert "Uncaught" not in log and "CONSOLE" not in log, log[-2000:]
     assert not re.search(r"net::ERR_|Failed to load resource", log), log[-2000:]
+    # The charts as the browser lays them out: no label on top of another (the length
+    # chart's used to overlap), no chart spilling out of its box.
+    probed = tmp_path / "probed.html"
+    probed.write_text(
+        html.read_text(encoding="utf-8").replace("</body>", _LAYOUT_PROBE + "</body>"),
+        encoding="utf-8",
+    )
+    result = _chromium(tmp_path, "--dump-dom", probed.resolve().as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.DOTALL)
+    assert found, result.stdout[-2000:]
+    assert json.loads(htmllib.unescape(found.group(1))) == []
+    assert "<svg" in result.stdout  # the probe really had charts to look at
 
 
 def test_report_into_the_lake_is_refused(lake: Lake, tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]

@@ -84,6 +84,14 @@ def test_wheel_contains_every_sql_file(wheel: Path) -> None:
     assert not [n for n in names if n.startswith(("tests/", "examples/", "benchmarks/"))]
 
 
+def test_wheel_contains_every_preset(wheel: Path) -> None:
+    from lakecurate.config import PRESETS
+
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    assert {f"lakecurate/presets/{p}.toml" for p in PRESETS} <= names
+
+
 def _wheel_statements(wheel: Path) -> tuple[set[str], int]:
     """Statement keys (``subject.name``) and the number of migrations in the wheel's ``sql/``.
 

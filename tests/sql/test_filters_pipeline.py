@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from helpers import PROSE
+from helpers import run_chunk as _run
 
 from lakecurate import config
 from lakecurate.errors import PermanentChunkError
-from lakecurate.ingest import chunking, worker
-from lakecurate.types import ChunkResult, Format, WorkOrder
+from lakecurate.ingest import worker
+from lakecurate.types import WorkOrder
 
 GOOD = "\n".join(PROSE)
-
-
-def _run(
-    tmp_path: Path, texts: list[str], data: dict[str, Any]
-) -> tuple[ChunkResult, list[dict[str, Any]]]:
-    path = tmp_path / "in.jsonl"
-    path.write_text(
-        "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
-    )
-    (spec,) = chunking.plan_file(str(path), Format.JSONL, 1 << 30)[1]
-    cfg = config.from_dict(data)
-    staging = tmp_path / "staging"
-    staging.mkdir(exist_ok=True)
-    order = WorkOrder(
-        staging_dir=str(staging), run_id="r", config_hash=cfg.hash, decisions=config.to_toml(cfg)
-    )
-    result = worker.process_chunk(spec, order)
-    return result, pq.read_table(result.staged_path).to_pylist()
 
 
 PIPELINE = {

@@ -18,7 +18,14 @@ import pyarrow.compute as pc
 from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from lakecurate import engine
-from lakecurate.config import PII_TYPES, STEPS, FiltersConfig, GatesConfig, StepConfig
+from lakecurate.config import (
+    LANGUAGE_PARAMS,
+    PII_TYPES,
+    STEPS,
+    FiltersConfig,
+    GatesConfig,
+    StepConfig,
+)
 from lakecurate.errors import PermanentChunkError
 from lakecurate.steps.filters import gopher as filters_udf
 from lakecurate.steps.filters import langid
@@ -73,23 +80,42 @@ class Pipeline:
     pii_steps: list[tuple[int, str]] = field(default_factory=list)  # (f_step, type)
 
 
-def _args(k: int, step: StepConfig, skip: set[str], out: dict[str, Any]) -> str:
+def _args(
+    k: int, step: StepConfig, skip: set[str], out: dict[str, Any], lang_known: bool = False
+) -> str:
+    """The macro's named arguments as bound parameters. With a language known (language id
+    ran earlier), Gopher's stop-word rule is switched off (``min_stop_words := 0``) for a
+    document whose language is not in ``stop_words_languages``: its word list is English."""
     parts = []
     for key, value in step.params:
-        if key in skip:
+        if key in skip or key in LANGUAGE_PARAMS:
             continue
         name = f"p{k}_{key}"
         out[name] = list(value) if isinstance(value, tuple) else value
-        parts.append(f"{key} := ${name}")
+        expr = f"${name}"
+        if key == "min_stop_words" and lang_known and step.param("stop_words_languages"):
+            out[f"p{k}_swl"] = list(step.param("stop_words_languages"))
+            expr = f"CASE WHEN list_contains($p{k}_swl, lang) THEN {expr} ELSE 0 END"
+        parts.append(f"{key} := {expr}")
     return "".join(", " + p for p in parts)
 
 
-def _page(k: int, prev: str, call: str) -> str:
+def _alive(k: int, step: StepConfig, out: dict[str, Any]) -> str:
+    """Which rows a step sees: the alive ones, in its ``languages`` when it has some (config
+    checks that language id runs before such a step)."""
+    languages = dict(step.params).get("languages")
+    if not languages:
+        return _ALIVE
+    out[f"p{k}_languages"] = list(languages)
+    return f"{_ALIVE} AND list_contains($p{k}_languages, lang)"
+
+
+def _page(k: int, prev: str, call: str, alive: str = _ALIVE) -> str:
     return (
         f"s{k} AS (SELECT * EXCLUDE (d) REPLACE ("
         f"CASE WHEN d IS NOT NULL THEN {k - 1} ELSE f_step END AS f_step, "
         f"coalesce(f_detail, d) AS f_detail) FROM (SELECT {prev}.*, "
-        f"CASE WHEN {_ALIVE} THEN {call} END AS d FROM {prev}))"
+        f"CASE WHEN {alive} THEN {call} END AS d FROM {prev}))"
     )
 
 
@@ -101,6 +127,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
         "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score FROM normalised)"
     ]
     k = 0
+    lang_known = False  # has language id run (so `lang` is set for every alive row)?
     for step in cfg.steps:
         if step.name == "pii":
             for kind in PII_TYPES:
@@ -130,6 +157,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
         p.funnel_steps.append(f"filter:{step.name}")
         p.reasons.append(f"filter:{step.name}")
         idx = k - 1
+        alive = _alive(k, step, p.params)
         if step.name == "c4":
             args = _args(k, step, set(), p.params)
             ctes.append(
@@ -137,7 +165,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
                 f"CASE WHEN r.detail IS NOT NULL THEN {idx} ELSE f_step END AS f_step, "
                 f"coalesce(f_detail, r.detail) AS f_detail, "
                 f"CASE WHEN r IS NOT NULL AND r.detail IS NULL THEN r.text ELSE t END AS t) "
-                f"FROM (SELECT *, CASE WHEN {_ALIVE} THEN {macro}(t{args}) END AS r "
+                f"FROM (SELECT *, CASE WHEN {alive} THEN {macro}(t{args}) END AS r "
                 f"FROM {prev}))"
             )
         elif step.name == "langid":
@@ -155,13 +183,14 @@ def build(cfg: FiltersConfig) -> Pipeline:
                 f"CASE WHEN r IS NOT NULL THEN {macro}(r.lang, r.score{args}) END AS d "
                 f"FROM s{k}_l))"
             )
+            lang_known = True
         elif step.name == "gopher_repetition":
             args = _args(k, step, set(), p.params)
-            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(lc_tokens(t)){args})"))
+            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(lc_tokens(t)){args})", alive))
         else:
             first = "json_extract_string(meta, '$.url')" if step.name == "url_blocklist" else "t"
-            args = _args(k, step, {"file"}, p.params)
-            ctes.append(_page(k, prev, f"{macro}({first}{args})"))
+            args = _args(k, step, {"file"}, p.params, lang_known)
+            ctes.append(_page(k, prev, f"{macro}({first}{args})", alive))
     reason = " ".join(f"WHEN {i} THEN '{r}'" for i, r in enumerate(p.reasons))
     verdict = f"CASE f_step {reason} END" if p.reasons else "NULL::VARCHAR"
     counts = (
