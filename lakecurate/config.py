@@ -330,7 +330,7 @@ def from_dict(data: dict[str, Any]) -> Config:
     if unknown:
         raise ConfigError(
             f"unknown key [top level].{unknown[0]}; "
-            "allowed keys: preset, dedup, ingest, input, near_dedup, " + ", ".join(_FILTER_SECTIONS)
+            "allowed keys: dedup, ingest, input, near_dedup, preset, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})

@@ -59,6 +59,10 @@ class PermanentChunkError(ChunkError):
     """A failure that retrying cannot fix (the input changed under us); goes DEAD at once."""
 
 
+class WorkerStartError(LakecurateError):
+    """Worker processes die as they start, so no chunk can run at all."""
+
+
 class CommitError(LakecurateError):
     """The Delta commit or the state update after it failed; a re-run reconciles."""
 

@@ -22,10 +22,14 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from lakecurate import faults
+from lakecurate.errors import WorkerStartError
 from lakecurate.ingest.worker import finalise_chunk, process_chunk
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
 
 BEAT_SECONDS = 1.0
+STILLBORN_POOLS = 3
+"""Pools in a row that break before any worker began a task: the workers cannot start."""
 
 _beats: Any = None  # the pool's queue, in a worker process
 _current: str | None = None  # the chunk this worker process is working on
@@ -40,6 +44,7 @@ def default_workers() -> int:
 
 def _init_worker(beats: Any) -> None:
     global _beats  # noqa: PLW0603 (one queue per worker process, set once)
+    faults.hit("worker_start")
     _beats = beats
     threading.Thread(target=_beat_forever, name="lakecurate-beat", daemon=True).start()
 
@@ -99,6 +104,8 @@ class LocalExecutor:
         self._futures: dict[Future[Any], str] = {}  # -> task: a chunk key, or a finalise's
         self._blameless: list[str] = []  # refused by a pool that broke: to run again
         self._killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
+        self._beaten = False  # a worker of the current pool began a task
+        self._stillborn = 0  # pools in a row that broke before any worker began a task
 
     def _ensure(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -107,6 +114,7 @@ class LocalExecutor:
             # the beat of a worker killed right after). A fresh one per pool: a worker killed
             # mid-put may leave the old one's lock held.
             self._beats = ctx.SimpleQueue()
+            self._beaten = False
             self._pool = ProcessPoolExecutor(
                 self.workers, mp_context=ctx, initializer=_init_worker, initargs=(self._beats,)
             )
@@ -184,8 +192,18 @@ class LocalExecutor:
             except Exception as exc:
                 out.append(_outcome(key, error=exc))
         if broken:
+            self._stillborn = 0 if self._beaten else self._stillborn + 1
             self.reset()
             self._killed.clear()
+            if self._stillborn >= STILLBORN_POOLS:
+                codes = sorted({c for c in crashed.values()})
+                raise WorkerStartError(
+                    f"worker processes die as they start ({self._stillborn} pools in a row "
+                    f"ended before any worker began a chunk; exit codes {codes}); their own "
+                    "error is printed above. A script that calls Lake.ingest must call it "
+                    'under `if __name__ == "__main__":`; otherwise check that '
+                    '`python -c "import lakecurate"` works in this environment'
+                )
         return out
 
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
@@ -210,6 +228,7 @@ class LocalExecutor:
                 key, pid, started = self._beats.get()
             except (OSError, ValueError, EOFError):
                 break
+            self._beaten = True
             if key not in inflight:
                 continue
             seen = self.running.get(key)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakecurate.errors import InputError
-from lakecurate.ingest.chunking import SKIP_EMPTY, Inputs, plan_file
+from lakecurate.ingest.chunking import SKIP_EMPTY, SKIP_HIDDEN, SKIP_UNSUPPORTED, Inputs, plan_file
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkSpec, Format, Status
@@ -69,7 +69,8 @@ def make_plan(
     paths = [p for p, _ in found]
     cache = state.cached_sources(paths)
     known = state.chunks_of_sources(paths)
-    _departed(inputs.given, set(paths), state, plan)
+    passed_over = [p for k in (SKIP_HIDDEN, SKIP_UNSUPPORTED) for p in inputs.skipped.get(k, [])]
+    _departed(inputs.given, set(paths), passed_over, state, plan)
     for path, fmt in found:
         plan.files += 1
         try:
@@ -119,19 +120,32 @@ def make_plan(
     return plan
 
 
-def _departed(inputs: Sequence[str | Path], found: set[str], state: StateStore, plan: Plan) -> None:
+def _departed(
+    inputs: Sequence[str | Path],
+    found: set[str],
+    passed_over: Sequence[str],
+    state: StateStore,
+    plan: Plan,
+) -> None:
     """Chunks of files that were below a folder input and are gone from it now.
 
-    A path that still exists but was skipped (unreadable, now a broken link) is not gone: its
-    problem is reported and its rows stay.
+    A path that still exists but was skipped for a problem (unreadable, now a broken link) is
+    not gone: its problem is reported and its rows stay. One that a folder walk no longer reads
+    (``passed_over``: hidden, or a format not read; a hidden folder ends with a separator) is
+    gone: a clean run of the folder would not have its rows (a lake made before hidden files
+    were passed over has some).
     """
+    files = set(passed_over)
+    folders = tuple(p for p in passed_over if p.endswith(os.sep))
     gone: dict[str, int] = {}
     for raw in inputs:
         folder = os.path.abspath(os.fspath(raw))
         if not os.path.isdir(folder):
             continue
         for path, chunks in state.chunks_under(folder).items():
-            if path in found or path in gone or os.path.lexists(path):
+            if path in found or path in gone:
+                continue
+            if os.path.lexists(path) and not (path in files or path.startswith(folders)):
                 continue
             gone[path] = len(chunks)
             for spec, status in chunks:

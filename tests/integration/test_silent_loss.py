@@ -249,6 +249,28 @@ def test_skipped_files_are_named_per_kind(tmp_path: Path) -> None:
     assert report.skipped == [line.removeprefix("note: ") for line in lines]
 
 
+def test_a_hidden_file_read_once_leaves_when_the_folder_alone_is_ingested(
+    tmp_path: Path,
+) -> None:
+    """A folder walk passes hidden files over, so a clean run of the folder has none of their
+    rows: one read before (named on the command line, or by an older lakecurate) leaves the
+    lake when the folder alone is ingested again, as a removed file does."""
+    folder = tmp_path / "in"
+    _write(folder / "good.jsonl", _jsonl(_records(4)))
+    hidden = [{"id": f"h-{i}", "text": f"A hidden note, number {i}. " + PROSE[i]} for i in range(3)]
+    _write(folder / ".extra.jsonl", _jsonl(hidden))
+    lake = tmp_path / "lake"
+    code, out = _ingest(folder, folder / ".extra.jsonl", "--lake", lake)
+    assert code == 0, out
+    assert Lake.open(lake).sql("SELECT count(*) FROM docs").rows[0][0] == 7
+    code, out = _ingest(folder, "--lake", lake)
+    assert code == 0 and "no longer in the input folders" in out, out
+    clean = tmp_path / "clean"
+    assert _ingest(folder, "--lake", clean)[0] == 0
+    query = "SELECT id, kept, reason FROM documents ORDER BY id"
+    assert Lake.open(lake).sql(query).rows == Lake.open(clean).sql(query).rows
+
+
 def test_a_folder_with_nothing_readable_says_what_it_skipped(tmp_path: Path) -> None:
     for name in ("a.txt", "b.csv", ".c.jsonl"):
         _write(tmp_path / "in" / name, b"x\n")

@@ -135,3 +135,16 @@ def test_timeouts_are_validated(text: str, error: str) -> None:
     with pytest.raises(ConfigError) as exc:
         from_dict(tomllib.loads(f"[ingest]\n{text}\n"))
     assert str(exc.value) == error
+
+
+def test_workers_that_die_as_they_start_stop_the_run_with_one_line(
+    corpus: Path, small_cfg: Path, tmp_path: Path
+) -> None:
+    """A worker that cannot start (here: its initializer raises; in life, an unguarded
+    script re-run by spawn) breaks every pool before any chunk begins: the run stops after a
+    few pools with one line saying so, instead of starting pools forever."""
+    done = _ingest(corpus, tmp_path / "lake", small_cfg, "worker_start:raise", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "die as they start" in errors[0], done.stderr
+    assert "__main__" in errors[0]

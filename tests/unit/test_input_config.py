@@ -30,7 +30,7 @@ def test_another_field_is_another_pipeline(tmp_path: Path, section: dict[str, st
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        ({"text": "content"}, "unknown key [input].text in lakecurate.toml"),
+        ({"text": "content"}, "unknown key [input].text; allowed keys: id_field, text_field"),
         ({"text_field": ""}, "[input].text_field = '': must be the non-empty name"),
         ({"id_field": 3}, "[input].id_field = 3: must be the non-empty name"),
         ({"text_field": "body", "id_field": "body"}, "both 'body'"),

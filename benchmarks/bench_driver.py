@@ -1,0 +1,156 @@
+"""How much of an ingest passes through the driver: its bytes read and written, its CPU (issue 14).
+
+Run: /work/venv/bin/python benchmarks/bench_driver.py [--mb 500] [--workers 2] [--chunk-mb 32]
+     [--out benchmarks/results/bench_driver.json]
+To measure another checkout of lakecurate on the same input (e.g. the code before the workers
+wrote the data files), put it first on the path: ``PYTHONPATH=/path/to/checkout python ...``.
+
+A seeded JSONL corpus of ``--mb`` MB (documents of ten random paragraphs, 5% exact copies) is
+ingested once, in this process (the driver), with exact and near dedup and no filters (the
+setting of the issue's profile), by ``--workers`` worker processes. Reported from
+``/proc/self/io`` and ``getrusage``: the driver's bytes read and written (``rchar``/``wchar``,
+which count every read and write call, page cache or not), split into planning (today still the
+driver's: it hashes every input byte) and the rest (deciding and committing); the driver's and
+the workers' CPU seconds per GB of input and their ratio; wall time and the load average.
+Targets: the driver's non-planning bytes <= 10% of the input; driver CPU <= 1% of the workers'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_driver.json"
+VOCABULARY = " ".join(
+    [
+        "the of and to in is was for on that with by as at from his her they river stone light",
+        "market winter garden letter signal engine harbour valley morning silver forest paper",
+        "window bridge island season number history music school village language table",
+    ]
+).split()
+
+
+def io_counters() -> dict[str, int]:
+    with open("/proc/self/io") as f:
+        return {k: int(v) for k, v in (line.split(": ") for line in f)}
+
+
+def cpu_seconds(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def write_input(path: Path, mb: int, seed: int = 0) -> tuple[int, int]:
+    """Documents of ten paragraphs drawn from a seeded pool, 5% of them exact copies of an
+    earlier one; returns (bytes, documents)."""
+    rng = np.random.default_rng(seed)
+    words = np.array(VOCABULARY)
+    pool = [" ".join(words[rng.integers(0, len(words), 40)]) + "." for _ in range(5000)]
+    target, size, n = mb * 1_000_000, 0, 0
+    texts: list[str] = []
+    with path.open("w", encoding="utf-8") as f:
+        while size < target:
+            if texts and rng.random() < 0.05:
+                text = texts[int(rng.integers(0, len(texts)))]
+            else:
+                picks = rng.integers(0, len(pool), 10)
+                text = f"Document {n}. " + "\n".join(pool[i] for i in picks)
+                if len(texts) < 10_000:
+                    texts.append(text)
+            line = json.dumps({"id": f"d{n}", "text": text}) + "\n"
+            f.write(line)
+            size += len(line.encode())
+            n += 1
+    return path.stat().st_size, n
+
+
+def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
+    import lakecurate
+    from lakecurate.api import Lake
+    from lakecurate.ingest import runner
+
+    data = work / "in.jsonl"
+    size, docs = write_input(data, mb)
+    cfg = work / "lakecurate.toml"
+    cfg.write_text(
+        f'[ingest]\nchunk_size = "{chunk_mb}MiB"\n\n[dedup]\nexact = true\n\n'
+        "[near_dedup]\nenabled = true\n",
+        encoding="utf-8",
+    )
+    planning: dict[str, int] = {}
+    make_plan = runner.make_plan
+
+    def measured_plan(*args: Any, **kw: Any) -> Any:
+        before = io_counters()
+        out = make_plan(*args, **kw)
+        after = io_counters()
+        planning.update({k: after[k] - before[k] for k in ("rchar", "wchar")})
+        return out
+
+    runner.make_plan = measured_plan  # type: ignore[assignment]
+    load_before = os.getloadavg()
+    io_before = io_counters()
+    cpu_before = cpu_seconds(resource.RUSAGE_SELF)
+    children_before = cpu_seconds(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    report = Lake.open(work / "lake").ingest([data], config=cfg, workers=workers)
+    wall = time.perf_counter() - started
+    driver_cpu = cpu_seconds(resource.RUSAGE_SELF) - cpu_before
+    workers_cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - children_before  # reaped by now
+    io_after = io_counters()
+    assert report.ok, report.dead
+    rchar = io_after["rchar"] - io_before["rchar"]
+    wchar = io_after["wchar"] - io_before["wchar"]
+    rest = rchar - planning.get("rchar", 0) + wchar - planning.get("wchar", 0)
+    gb = size / 1e9
+    return {
+        "lakecurate": str(Path(lakecurate.__file__).parent.parent),
+        "input_bytes": size,
+        "documents": docs,
+        "chunks": report.chunks_committed,
+        "rows_kept": report.rows_kept,
+        "driver_rchar": rchar,
+        "driver_wchar": wchar,
+        "planning_rchar": planning.get("rchar"),
+        "planning_wchar": planning.get("wchar"),
+        "driver_bytes_outside_planning": rest,
+        "driver_bytes_outside_planning_share_of_input": round(rest / size, 4),
+        "driver_bytes_share_of_input": round((rchar + wchar) / size, 4),
+        "driver_cpu_seconds": round(driver_cpu, 2),
+        "workers_cpu_seconds": round(workers_cpu, 2),
+        "driver_cpu_s_per_gb": round(driver_cpu / gb, 2),
+        "workers_cpu_s_per_gb": round(workers_cpu / gb, 2),
+        "driver_over_workers_cpu": round(driver_cpu / workers_cpu, 4) if workers_cpu else None,
+        "wall_seconds": round(wall, 1),
+        "docs_per_second": round(report.rows_in / wall),
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk-mb", type=int, default=32)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
+        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp))
+    result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    print(json.dumps(result, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
