@@ -44,8 +44,8 @@ def __getattr__(name: str) -> Any:
 
 @dataclass
 class LakeStatus:
-    """The pipeline, chunks by status, the funnel, keep rates by file and by language, recent
-    failures and runs."""
+    """The pipeline, chunks by status, the funnel, keep rates by file and by language, what the
+    data files hold, recent failures and runs."""
 
     by_status: query.QueryResult
     funnel: query.QueryResult
@@ -55,6 +55,7 @@ class LakeStatus:
     pipeline: query.QueryResult
     by_file: query.QueryResult
     by_language: query.QueryResult
+    storage: query.QueryResult
 
 
 def _pipeline(cfg: Config | None) -> query.QueryResult:
@@ -217,8 +218,9 @@ class Lake:
             files=files,
         )
         try:
-            by_file = by_language = query.QueryResult([], [])
+            by_file = by_language = storage = query.QueryResult([], [])
             if files:
+                storage = query.run(con, engine.q("state.storage"), {"files": files})
                 by_file = query.shorten_paths(
                     query.run(con, engine.q("report.by_file"), {"limit": 20}), "file"
                 )
@@ -233,6 +235,7 @@ class Lake:
                 pipeline=_pipeline(cfg),
                 by_file=by_file,
                 by_language=by_language,
+                storage=storage,
             )
         finally:
             con.close()

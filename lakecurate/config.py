@@ -95,6 +95,46 @@ class InputConfig:
             )
 
 
+REJECTED_TEXT = {True: "keep", False: "drop", "sample": "sample"}
+"""``[output] keep_rejected_text`` -> what a worker does with a filtered-out document's text."""
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """What the lake stores of documents it does not keep, the ``[output]`` section.
+
+    ``keep_rejected_text``: ``true`` (default: lineage and audits read it), ``false`` (the
+    text of a document a quality filter dropped is not stored; its id, reason, measured value,
+    language and hash are), or ``"sample"`` (stored for one such document in a hundred, those at
+    an input line or row number divisible by 100). Duplicates always keep their text: one
+    becomes the kept copy when its original leaves the lake. It changes no decision, so it is
+    not part of the config hash and may change between runs (it applies to what is committed
+    from then on).
+    """
+
+    keep_rejected_text: bool | str = True
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.keep_rejected_text, bool) or self.keep_rejected_text == "sample"):
+            raise ConfigError(
+                f"[output].keep_rejected_text = {self.keep_rejected_text!r}: must be true, "
+                'false or "sample"'
+            )
+
+    @property
+    def rejected_text(self) -> str:
+        """``keep``, ``drop`` or ``sample``."""
+        return REJECTED_TEXT[self.keep_rejected_text]
+
+
+def _output_from_dict(sec: object) -> OutputConfig:
+    """The ``[output]`` section: unknown keys here, values by the class."""
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[output] must be a table, got {type(sec).__name__}")
+    _check_keys("output", sec, {"keep_rejected_text"})
+    return OutputConfig(**sec)
+
+
 def _input_from_dict(sec: object) -> InputConfig:
     """The ``[input]`` section: unknown keys here, values by the class."""
     if not isinstance(sec, dict):
@@ -260,6 +300,7 @@ class Config:
     filters: FiltersConfig = field(default_factory=lambda: FiltersConfig())  # noqa: PLW0108
     gates: GatesConfig = field(default_factory=lambda: GatesConfig())  # noqa: PLW0108
     input: InputConfig = field(default_factory=InputConfig)  # last: positional use predates it
+    output: OutputConfig = field(default_factory=OutputConfig)
     # The preset this config was resolved from ("" for a config file that names none). Not part
     # of the hash or of equality: a preset is a shorthand for the settings it resolves to.
     preset: str = field(default="", compare=False)
@@ -326,11 +367,12 @@ def _seconds(key: str, value: object) -> float:
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML (a top-level ``preset`` resolved first)."""
     data, preset = _resolve_preset(data)
-    unknown = sorted(set(data) - {"ingest", "input", "dedup", "near_dedup", *_FILTER_SECTIONS})
+    sections = {"ingest", "input", "output", "dedup", "near_dedup", *_FILTER_SECTIONS}
+    unknown = sorted(set(data) - sections)
     if unknown:
         raise ConfigError(
-            f"unknown key [top level].{unknown[0]}; "
-            "allowed keys: dedup, ingest, input, near_dedup, preset, " + ", ".join(_FILTER_SECTIONS)
+            f"unknown key [top level].{unknown[0]}; allowed keys: dedup, ingest, input, "
+            "near_dedup, output, preset, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = data.get("ingest", {})
     ded = data.get("dedup", {})
@@ -393,6 +435,7 @@ def from_dict(data: dict[str, Any]) -> Config:
             ),
         ),
         input=_input_from_dict(data.get("input", {})),
+        output=_output_from_dict(data.get("output", {})),
         dedup=DedupConfig(exact=exact),
         near_dedup=_near_from_dict(data.get("near_dedup", {})),
         filters=(filters := _filters_from_dict(data)),
@@ -441,6 +484,7 @@ def to_toml(cfg: Config) -> str:
             f"exact = {'true' if d.exact else 'false'}\n"
         )
         + _input_to_toml(cfg.input)
+        + _output_to_toml(cfg.output)
         + _near_to_toml(cfg.near_dedup)
         + _filters_to_toml(cfg.filters, cfg.gates)
     )
@@ -452,6 +496,12 @@ def _input_to_toml(i: InputConfig) -> str:
         return ""
     lines = [f"{k} = {_toml_value(v)}" for k, v in asdict(i).items()]
     return "\n[input]\n" + "\n".join(lines) + "\n"
+
+
+def _output_to_toml(o: OutputConfig) -> str:
+    if o == OutputConfig():  # only when set, as [input]
+        return ""
+    return f"\n[output]\nkeep_rejected_text = {_toml_value(o.keep_rejected_text)}\n"
 
 
 def _near_to_toml(n: NearDedupConfig) -> str:

@@ -109,6 +109,7 @@ class FinaliseOrder:
     table_dir: str
     patch: bytes
     name: str  # of its data files: the same for every attempt, unique to this order
+    rejected_text: str = "keep"  # of filtered-out documents: keep, drop or sample ([output])
 
 
 @dataclass(frozen=True)

@@ -302,10 +302,10 @@ def ingest_cmd(
 @_lake_option
 @_format_option
 def status_cmd(lake_path: Path, fmt: str) -> None:
-    """The pipeline, chunks, funnel, keep rates by file and language, failures, runs.
+    """The pipeline, chunks, funnel, keep rates by file and language, storage, failures, runs.
 
     The file and language tables read the latest version's data files (kept, reason and lang
-    columns only); the rest comes from the state tables.
+    columns only), the storage table their footers; the rest comes from the state tables.
     """
     st = _open(lake_path).status()
     for title, res in (
@@ -314,12 +314,13 @@ def status_cmd(lake_path: Path, fmt: str) -> None:
         ("funnel", st.funnel),
         ("files", st.by_file),
         ("languages", st.by_language),
+        ("storage", st.storage),
         ("flagged", st.flagged),
         ("failures", st.failures),
         ("runs", st.runs),
     ):
         if fmt == "table":
-            if title in ("failures", "flagged", "files", "languages") and not res.rows:
+            if title in ("failures", "flagged", "files", "languages", "storage") and not res.rows:
                 continue
             click.echo(f"== {title}")
             _echo(res.columns, res.rows, fmt)

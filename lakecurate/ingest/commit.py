@@ -97,6 +97,7 @@ class Committer:
         self.config_hash = cfg.hash if cfg else ""
         self.config_text = configuration.to_toml(cfg) if cfg else ""
         self.exact_dedup = cfg.dedup.exact if cfg else True
+        self.rejected_text = cfg.output.rejected_text if cfg else "keep"
         self.redecided = 0  # chunks decided again by this committer
         self.group: list[Decided] = []  # staged, waiting for their group's Delta commit
         self._scratch_con: duckdb.DuckDBPyConnection | None = None
@@ -172,7 +173,13 @@ class Committer:
         # died (and whose seq this run reuses) must not write over this one's files.
         name = f"part-{seq:08d}-{uuid.uuid4().hex[:16]}"
         return FinaliseOrder(
-            decided.key, seq, result.staged_path, str(self.delta.path), patch_of(keys, rows), name
+            decided.key,
+            seq,
+            result.staged_path,
+            str(self.delta.path),
+            patch_of(keys, rows),
+            name,
+            self.rejected_text,
         )
 
     def files_written(self, key: str, files: list[DataFile]) -> None:

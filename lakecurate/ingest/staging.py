@@ -124,6 +124,26 @@ def apply_patch(rows: pa.Table, patch: bytes) -> pa.Table:
     return rows
 
 
+SAMPLE_EVERY = 100
+"""``keep_rejected_text = "sample"``: the text stays for rows at a line number divisible by this."""
+
+
+def without_rejected_text(rows: pa.Table, mode: str) -> pa.Table:
+    """Drop the text of documents a quality filter rejected (``mode``: ``drop``, or
+    ``sample`` to keep one in ``SAMPLE_EVERY``); ``keep`` leaves ``rows`` as they are. Only a
+    filter's verdict is final: a duplicate keeps its text, it may become the kept copy."""
+    if mode == "keep":
+        return rows
+    gone = pc.fill_null(pc.starts_with(rows["reason"], "filter:"), False)
+    if mode == "sample":
+        sampled = pc.equal(pc.remainder(rows["source_line"], SAMPLE_EVERY), 0)
+        gone = pc.and_(gone, pc.invert(sampled))
+    i = rows.schema.get_field_index("text")
+    return rows.set_column(
+        i, "text", pc.if_else(gone, pa.scalar(None, rows["text"].type), rows["text"])
+    )
+
+
 # The staged file's checksum: sha256 of the whole file with the 64 hex digits of the digest
 # itself left out. It is written as a placeholder of the same length, hashed, then overwritten
 # in place, so no offset in the Parquet footer moves.

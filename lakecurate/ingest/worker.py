@@ -26,7 +26,13 @@ from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.reader import read_chunk
-from lakecurate.ingest.staging import RESULT_KEY, apply_patch, staged_name, write_atomic_parquet
+from lakecurate.ingest.staging import (
+    RESULT_KEY,
+    apply_patch,
+    staged_name,
+    without_rejected_text,
+    write_atomic_parquet,
+)
 from lakecurate.lake.files import write_data_files
 from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
@@ -116,10 +122,12 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
 
 
 def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
-    """Write a decided chunk's data files: its staged rows with the driver's verdicts. Run
+    """Write a decided chunk's data files: its staged rows with the driver's verdicts (and
+    without the text of filtered-out documents, if the config says so). Run
     again after a failure, it overwrites what the failed attempt left (the names depend only
     on the order and the partition)."""
     faults.hit("delta_write", order.chunk_key)  # tests: ENOSPC, a kill while writing
     rows = pq.read_table(order.staged_path).replace_schema_metadata(None)
     rows = apply_patch(rows, order.patch).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    rows = without_rejected_text(rows, order.rejected_text)
     return write_data_files(Path(order.table_dir), rows, PARTITION_COLUMN, order.name)

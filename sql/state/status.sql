@@ -48,3 +48,17 @@ SELECT run_id, command, started_at, outcome, chunks_done, chunks_dead, docs,
        round(input_bytes / nullif(seconds, 0) / 1e6, 2) AS mb_per_s,
        round(docs / nullif(seconds, 0)) AS docs_per_s
 FROM r ORDER BY started_at DESC LIMIT $limit;
+
+-- name: storage
+-- What the latest version's data files hold, kept and dropped documents apart: rows, files,
+-- bytes (compressed, as stored) and the bytes of the text column alone (what
+-- `[output] keep_rejected_text = false` saves on the dropped side). Footers only: no page read.
+SELECT CASE WHEN file_name LIKE '%kept=true%' THEN 'kept' ELSE 'dropped' END AS documents,
+       sum(num_values) FILTER (WHERE path_in_schema = 'id') AS rows,
+       count(DISTINCT file_name) AS files,
+       format_bytes(sum(total_compressed_size)::BIGINT) AS stored,
+       format_bytes(coalesce(sum(total_compressed_size)
+                             FILTER (WHERE path_in_schema = 'text'), 0)::BIGINT) AS text
+FROM parquet_metadata($files)
+GROUP BY ALL
+ORDER BY documents DESC;
