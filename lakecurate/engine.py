@@ -70,9 +70,14 @@ def quote_ident(name: str) -> str:
 
 
 def connect(
-    path: Path | None = None, *, read_only: bool = False, threads: int | None = None
+    path: Path | None = None,
+    *,
+    read_only: bool = False,
+    threads: int | None = None,
+    track_progress: bool = False,
 ) -> duckdb.DuckDBPyConnection:
-    """Open DuckDB (in memory when ``path`` is None), mapping lock conflicts to a clear error."""
+    """Open DuckDB (in memory when ``path`` is None), mapping lock conflicts to a clear error.
+    ``track_progress``: ``query_progress()`` answers from another thread (nothing is drawn)."""
     try:
         con = duckdb.connect(str(path) if path else ":memory:", read_only=read_only)
     except duckdb.IOException as exc:
@@ -85,7 +90,13 @@ def connect(
     # DuckDB draws its own bar on stdout for a query that runs a few seconds: from a worker or
     # the driver it would overwrite lakecurate's progress display (on by default; a
     # per-connection setting, so set on every connection here).
-    con.execute("SET enable_progress_bar = false")
+    if track_progress:
+        con.execute(
+            "SET enable_progress_bar = true; SET enable_progress_bar_print = false; "
+            "SET progress_bar_time = 0"
+        )
+    else:
+        con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con

@@ -16,6 +16,10 @@ class Reporter(Protocol):
         self, chunk_key: str, input_bytes: int, rows_in: int, rows_kept: int
     ) -> None: ...
 
+    def chunk_progress(self, running: dict[str, tuple[float, int]]) -> None:
+        """The chunks being worked on: how far each is (0..1) and its input bytes."""
+        ...
+
     def chunk_failed(self, chunk_key: str, error: str, dead: bool) -> None: ...
 
     def note(self, message: str) -> None: ...
@@ -33,6 +37,9 @@ class NullReporter:
         pass
 
     def chunk_done(self, chunk_key: str, input_bytes: int, rows_in: int, rows_kept: int) -> None:
+        pass
+
+    def chunk_progress(self, running: dict[str, tuple[float, int]]) -> None:
         pass
 
     def chunk_failed(self, chunk_key: str, error: str, dead: bool) -> None:

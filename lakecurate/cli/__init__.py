@@ -162,6 +162,9 @@ class RichReporter:
         self.started = time.monotonic()
         self.bytes = 0
         self.docs = 0
+        self.chunks = 0  # committed
+        self.total = 0  # to do
+        self.partial = 0.0, 0.0  # chunks and bytes done of those being worked on
 
     def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None:
         if not self.enabled:
@@ -175,6 +178,7 @@ class RichReporter:
         if self.plan_task is not None:
             self.progress.remove_task(self.plan_task)
             self.plan_task = None
+        self.total = chunks_todo
         if chunks_todo:
             self.progress.start()
             self.task = self.progress.add_task("ingest", total=chunks_todo, rate="")
@@ -182,13 +186,29 @@ class RichReporter:
     def chunk_done(self, chunk_key: str, input_bytes: int, rows_in: int, rows_kept: int) -> None:
         self.bytes += input_bytes
         self.docs += rows_in
+        self.chunks += 1
+        self._draw()
+
+    def chunk_progress(self, running: dict[str, tuple[float, int]]) -> None:
+        """Chunks in a worker count by how far they are: a bar over a few large chunks
+        moves (and has an ETA) long before the first one is committed."""
+        self.partial = (
+            sum(f for f, _ in running.values()),
+            sum(f * n for f, n in running.values()),
+        )
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.task is None:
+            return
         secs = max(time.monotonic() - self.started, 1e-6)
-        if self.task is not None:
-            self.progress.update(
-                self.task,
-                advance=1,
-                rate=f"{self.docs / secs:,.0f} docs/s {self.bytes / secs / 1e6:,.1f} MB/s",
-            )
+        mb_s = (self.bytes + self.partial[1]) / secs / 1e6
+        docs = f"{self.docs / secs:,.0f} docs/s " if self.docs else ""
+        self.progress.update(
+            self.task,
+            completed=min(self.chunks + self.partial[0], self.total),
+            rate=f"{docs}{mb_s:,.1f} MB/s",
+        )
 
     def chunk_failed(self, chunk_key: str, error: str, dead: bool) -> None:
         if self.enabled:

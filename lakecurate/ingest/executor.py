@@ -24,7 +24,7 @@ from typing import Any
 
 from lakecurate import faults
 from lakecurate.errors import WorkerStartError
-from lakecurate.ingest.worker import finalise_chunk, process_chunk
+from lakecurate.ingest.worker import finalise_chunk, process_chunk, progress
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
 
 BEAT_SECONDS = 1.0
@@ -53,7 +53,8 @@ def _beat_forever() -> None:
     while True:
         key = _current
         if key is not None:
-            _beats.put((key, os.getpid(), _started))
+            done = 0.0 if key.endswith(FINALISE) else progress.fraction()
+            _beats.put((key, os.getpid(), _started, done))
         time.sleep(BEAT_SECONDS)
 
 
@@ -66,7 +67,7 @@ def _run(task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) ->
     before any work."""
     global _current, _started  # noqa: PLW0603
     _current, _started = task, time.monotonic()  # one clock for all processes
-    _beats.put((task, os.getpid(), _started))
+    _beats.put((task, os.getpid(), _started, 0.0))
     try:
         if isinstance(order, FinaliseOrder):
             return finalise_chunk(order)
@@ -91,6 +92,7 @@ class Running:
     pid: int
     started: float  # time.monotonic() in the worker when it started the chunk
     last_beat: float
+    done: float = 0.0  # how far into the chunk, as its last beat said (0..1)
 
 
 class LocalExecutor:
@@ -142,6 +144,9 @@ class LocalExecutor:
 
     def started(self) -> list[str]:
         return [k for k in self._futures.values() if k in self.running and FINALISE not in k]
+
+    def progress(self) -> dict[str, float]:
+        return {k: self.running[k].done for k in self.started()}
 
     def collect(self, timeout: float) -> list[Outcome]:
         """Outcomes of the chunks that finished (waiting up to ``timeout`` for the first).
@@ -225,7 +230,7 @@ class LocalExecutor:
             try:
                 if self._beats.empty():
                     break
-                key, pid, started = self._beats.get()
+                key, pid, started, done = self._beats.get()
             except (OSError, ValueError, EOFError):
                 break
             self._beaten = True
@@ -233,9 +238,9 @@ class LocalExecutor:
                 continue
             seen = self.running.get(key)
             if seen is None or seen.pid != pid:
-                self.running[key] = Running(pid, started, now)
+                self.running[key] = Running(pid, started, now, done)
             else:
-                seen.last_beat = now
+                seen.last_beat, seen.done = now, done
 
     def hung(
         self, keys: list[str], heartbeat_timeout: float, chunk_timeout: float

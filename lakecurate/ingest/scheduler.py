@@ -56,6 +56,10 @@ class Executor(Protocol):
         """Chunks a worker is working on now (their heartbeats go into the state)."""
         ...
 
+    def progress(self) -> dict[str, float]:
+        """How far (0..1) each started chunk is, as its worker last said."""
+        ...
+
     def collect(self, timeout: float) -> list[Outcome]:
         """The outcomes ready, waiting up to ``timeout`` seconds for the first."""
         ...
@@ -164,6 +168,12 @@ class Scheduler:
                 elif self.retry_at:
                     time.sleep(timeout)
                 self.executor.watch(ing.heartbeat_timeout, ing.chunk_timeout)
+                self.reporter.chunk_progress(
+                    {
+                        k: (f, self.by_key[k].input_bytes)
+                        for k, f in self.executor.progress().items()
+                    }
+                )
                 if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
                     self.state.heartbeat(self.executor.started())
                     last_beat = time.monotonic()

@@ -57,6 +57,9 @@ class FakeExecutor:
     def inflight(self) -> int:
         return len(self.pending) + len(self.hanging) + len(self.stopped)
 
+    def progress(self) -> dict[str, float]:
+        return {}
+
     def started(self) -> list[str]:
         return [t[0].chunk_key for t in self.pending if isinstance(t, tuple)] + [
             k for k, t in self.hanging.items() if isinstance(t, tuple)
