@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -163,11 +163,14 @@ class Committer:
         in commit order."""
         keys = read_keys(result.staged_path)
         intent_ns = time.time_ns()
-        # The seq comes first: near dedup orders documents by it.
-        seq = self.state.begin_commit(
-            "APPEND", [result.chunk_key], self.run_id, self.delta.version()
+        # The seq comes first: near dedup orders documents by it. The intent and the index
+        # rows written ahead are then one state transaction.
+        seq = self.state.next_seq()
+        rows, decided, ahead = self._decide(spec, result, keys, seq, intent_ns)
+        self.state.begin_commit(
+            "APPEND", [result.chunk_key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
         )
-        rows, decided = self._decide(spec, result, keys, seq, intent_ns)
+        faults.hit("index_ahead", decided.key)
         self.group.append(decided)
         # A name no other order has: a worker still writing for an order of a run that
         # died (and whose seq this run reuses) must not write over this one's files.
@@ -235,10 +238,11 @@ class Committer:
 
     def _decide(
         self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table, seq: int, intent_ns: int
-    ) -> tuple[pa.Table, Decided]:
+    ) -> tuple[pa.Table, Decided, Callable[[], None]]:
         """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
-        columns), its record, and its index rows and bands written ahead (one state
-        transaction: the next chunk is decided against them)."""
+        columns), its record, and what writes its index rows and bands ahead of its Delta
+        commit (inside the caller's state transaction: the next chunk is decided against
+        them)."""
         key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
@@ -260,9 +264,6 @@ class Committer:
             "redactions": result.redactions,
             "spec": asdict(spec) | {"format": spec.format.value},
         }
-        with self.state.transaction():
-            index_writer(self.index, rows, seq, near_writer)()
-        faults.hit("index_ahead", key)
         decided = Decided(
             spec=spec,
             result=result,
@@ -273,7 +274,7 @@ class Committer:
             intent_ns=intent_ns,
             lake_dups=int(funnel[-1][2]),
         )
-        return rows, decided
+        return rows, decided, index_writer(self.index, rows, seq, near_writer)
 
     def supersede(self, keys: Sequence[str]) -> int:
         """Remove the rows of committed chunks whose input changed, then decide again every
@@ -376,9 +377,13 @@ class Committer:
             rows = add_signatures(rows, self.near.cfg)
         result = self.state.result_of(key, rows.num_rows)
         intent_ns = time.time_ns()
-        seq = self.state.begin_commit("REDECIDE", [key], self.run_id, self.delta.version())
+        seq = self.state.next_seq()
         self.redecided += 1
-        rows, decided = self._decide(spec, result, rows, seq, intent_ns)
+        rows, decided, ahead = self._decide(spec, result, rows, seq, intent_ns)
+        self.state.begin_commit(
+            "REDECIDE", [key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
+        )
+        faults.hit("index_ahead", key)
         faults.hit("before_delta_commit", key)
         record = CommitRecord(
             kind=REDECIDE,

@@ -195,14 +195,17 @@ class Scheduler:
     def submit(self) -> None:
         """Keep the executor fed (two chunks per worker); a chunk already staged by an
         earlier run goes straight to the commit frontier."""
-        while self.queue and self.executor.inflight() < 2 * self.executor.workers:
+        going: list[ChunkSpec] = []
+        while self.queue and self.executor.inflight() + len(going) < 2 * self.executor.workers:
             spec = self.queue.popleft()
             staged = self._staged(spec)
             if staged is not None:
                 self.results[spec.chunk_key] = staged
                 self.report.chunks_from_staging += 1
                 continue
-            self.state.start(spec.chunk_key, self.report.run_id)
+            going.append(spec)
+        self.state.start([s.chunk_key for s in going], self.report.run_id)
+        for spec in going:
             self.attempts[spec.chunk_key] = self.attempts.get(spec.chunk_key, 0) + 1
             self.executor.submit(spec, self.order)
 

@@ -102,9 +102,9 @@ class StateStore:
 
     def _one(self, name: str) -> Any:
         """The single value a named statement returns."""
-        row = self._x(name).fetchone()
-        assert row is not None, f"{name} returned no row"
-        return row[0]
+        rows = self._x(name).fetchall()  # all: DuckDB 2 keeps a half-read result open
+        assert rows, f"{name} returned no row"
+        return rows[0][0]
 
     def _put_meta(self, key: str, value: str) -> None:
         self._x("state.put_meta", {"key": key, "value": value})
@@ -249,10 +249,13 @@ class StateStore:
             )
             self._x("state.reset_running")
 
-    def start(self, key: str, run_id: str) -> None:
+    def start(self, keys: Sequence[str], run_id: str) -> None:
+        """These chunks go to the workers (one transaction for all: one fsync)."""
+        if not keys:
+            return
         with self.transaction():
-            self._event([key], Status.RUNNING, "dispatched to a worker", run_id)
-            self._x("state.start_chunk", {"key": key, "run_id": run_id})
+            self._event(keys, Status.RUNNING, "dispatched to a worker", run_id)
+            self._x("state.start_chunk", {"keys": list(keys), "run_id": run_id})
 
     def heartbeat(self, keys: Sequence[str]) -> None:
         if keys:
@@ -298,15 +301,22 @@ class StateStore:
         run_id: str,
         version_before: int,
         redecide: Sequence[str] = (),
+        seq: int | None = None,
+        ahead: Callable[[], None] | None = None,
     ) -> int:
         """Record the intent of a Delta commit (and its chunks as COMMITTING); returns seq.
 
         A SUPERSEDE also queues the chunks it makes stale (``redecide``) in the same
         transaction; a REDECIDE leaves its chunk SUCCESS (its old rows stay until the new ones
-        replace them in one Delta commit).
+        replace them in one Delta commit). An APPEND decided with ``seq`` (``next_seq``: the
+        lock makes us the only writer) writes its index rows ahead (``ahead``) in the same
+        transaction: one commit, one fsync.
         """
         with self.transaction():
-            seq = int(self._one("state.next_seq"))
+            if seq is None:
+                seq = int(self._one("state.next_seq"))
+            elif seq != int(self._one("state.next_seq")):
+                raise RuntimeError(f"commit seq {seq} was taken meanwhile")
             self._x(
                 "state.insert_commit",
                 {
@@ -330,7 +340,13 @@ class StateStore:
                     run_id,
                 )
                 self._x("state.queue_redecide", {"keys": list(redecide)})
+            if ahead is not None:
+                ahead()
         return seq
+
+    def next_seq(self) -> int:
+        """The seq the next ``begin_commit`` will take."""
+        return int(self._one("state.next_seq"))
 
     def last_seq(self) -> int:
         """The highest commit seq this state knows (0 for a new one)."""

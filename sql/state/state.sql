@@ -77,7 +77,7 @@ WHERE status = 'RUNNING';
 -- name: start_chunk
 UPDATE chunks SET status = 'RUNNING', attempts = attempts + 1, started_at = now(),
     heartbeat_at = now(), finished_at = NULL, run_id = $run_id
-WHERE chunk_key = $key;
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
 -- name: heartbeat
 UPDATE chunks SET heartbeat_at = now()
