@@ -1,0 +1,174 @@
+"""The full pipeline at 1x, 4x and 16x a base corpus: does the cost stay linear (issue 14)?
+
+Run: /work/venv/bin/python benchmarks/bench_scale.py [--scales 1 4 16] [--workers 2]
+     [--chunk-mb 16] [--out benchmarks/results/bench_scale.json]
+
+The base corpus is ``../shared/data/real`` (about 62,000 documents, 52 MB of text, skipped with
+a message when the folder is absent) plus one perturbed copy of each document (a few words
+dropped or swapped: near duplicates); scale k is k such copies of the base with different seeds
+(copy 0 is the base itself), written as plain JSONL. Each scale is ingested into a new lake with
+the ``multilingual`` preset (language id, the Gopher, C4 and FineWeb filters, exact and near
+dedup) by a fresh Python process (so peak RSS is per scale) with ``--workers`` workers.
+Reported per scale: input bytes and documents, wall seconds, documents/s, the driver's and the
+workers' peak RSS, the driver's CPU seconds for the first and the last chunk it decided
+(``Committer.stage``, thread CPU time), the state file, the Bloom tier and the Delta table on
+disk (bytes, and state bytes per document), and the time ratio to scale 1 (target: 16x input
+costs <= 17x the time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_scale.json"
+REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
+
+# Run in a fresh process per scale: its peak RSS is that scale's alone.
+CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+from lakecurate.api import Lake
+from lakecurate.ingest.commit import Committer
+
+if __name__ == "__main__":
+    data, lake, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    chunk_mb = int(sys.argv[4])
+    cpu = []
+    stage = Committer.stage
+    def timed(self, *a, **k):
+        t = time.thread_time()
+        out = stage(self, *a, **k)
+        cpu.append(time.thread_time() - t)
+        return out
+    Committer.stage = timed
+    cfg = lake.parent / (lake.name + ".toml")
+    cfg.write_text(f'preset = "multilingual"\n\n[ingest]\nchunk_size = "{chunk_mb}MiB"\n')
+    started = time.perf_counter()
+    report = Lake.open(lake).ingest([data], config=cfg, workers=workers)
+    wall = time.perf_counter() - started
+    kib = 1 if sys.platform == "darwin" else 1024
+    peak = lambda who: round(resource.getrusage(who).ru_maxrss * kib / 2**20)
+    print(json.dumps({
+        "ok": report.ok, "chunks": report.chunks_committed, "rows_in": report.rows_in,
+        "rows_kept": report.rows_kept, "wall_seconds": round(wall, 1),
+        "driver_peak_rss_mib": peak(resource.RUSAGE_SELF),
+        "workers_peak_rss_mib": peak(resource.RUSAGE_CHILDREN),
+        "driver_cpu_first_chunk_s": round(cpu[0], 3) if cpu else None,
+        "driver_cpu_last_chunk_s": round(cpu[-1], 3) if cpu else None,
+    }))
+"""
+
+
+def perturb(text: str, rng: random.Random) -> str:
+    """A near duplicate: about one word in 25 dropped, and one pair of words swapped."""
+    words = text.split(" ")
+    kept = [w for w in words if rng.random() > 0.04] or words
+    if len(kept) > 3:
+        i = rng.randrange(len(kept) - 1)
+        kept[i], kept[i + 1] = kept[i + 1], kept[i]
+    return " ".join(kept)
+
+
+def base_documents() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted(REAL.glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            docs += [json.loads(line) for line in f if line.strip()]
+    return docs
+
+
+def write_scale(path: Path, docs: list[dict[str, Any]], scale: int) -> tuple[int, int]:
+    """``scale`` copies of the base (the documents and a perturbed copy of each); copy 0 is
+    unperturbed. Returns (bytes, documents)."""
+    n = 0
+    with path.open("w", encoding="utf-8") as f:
+        for copy in range(scale):
+            rng = random.Random(copy)
+            for doc in docs:
+                for variant in (0, 1):
+                    text = doc["text"]
+                    if copy or variant:
+                        text = perturb(text, rng)
+                    record = {"id": f"{doc['id']}~{copy}.{variant}", "text": text}
+                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    n += 1
+    return path.stat().st_size, n
+
+
+def du(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def run_scale(
+    scale: int, docs: list[dict[str, Any]], workers: int, chunk_mb: int, work: Path
+) -> dict[str, Any]:
+    data = work / f"scale{scale}.jsonl"
+    size, n = write_scale(data, docs, scale)
+    lake = work / f"lake{scale}"
+    load = os.getloadavg()
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(data), str(lake), str(workers), str(chunk_mb)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    state = du(lake / "state.duckdb")
+    out.update(
+        scale=scale,
+        input_bytes=size,
+        documents=n,
+        docs_per_second=round(n / out["wall_seconds"]),
+        state_bytes=state,
+        state_bytes_per_document=round(state / n, 1),
+        bloom_bytes=du(lake / "index"),
+        table_bytes=du(lake / "documents"),
+        loadavg_before=[round(x, 2) for x in load],
+    )
+    data.unlink()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk-mb", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if not REAL.is_dir():
+        print(f"skipped: {REAL} is absent (the real corpora are not on this machine)")
+        return 0
+    docs = base_documents()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        for scale in args.scales:
+            results.append(run_scale(scale, docs, args.workers, args.chunk_mb, Path(tmp)))
+            print(json.dumps(results[-1]), flush=True)
+    first = results[0]
+    for r in results:
+        r["time_over_first"] = round(r["wall_seconds"] / first["wall_seconds"], 2)
+        r["input_over_first"] = round(r["input_bytes"] / first["input_bytes"], 2)
+    summary = {
+        "results": results,
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    print(json.dumps(summary, indent=2))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
