@@ -78,9 +78,9 @@ def perturb(text: str, rng: random.Random) -> str:
     return " ".join(kept)
 
 
-def base_documents() -> list[dict[str, Any]]:
+def base_documents(real: Path) -> list[dict[str, Any]]:
     docs = []
-    for path in sorted(REAL.glob("*.jsonl.gz")):
+    for path in sorted(real.glob("*.jsonl.gz")):
         with gzip.open(path, "rt", encoding="utf-8") as f:
             docs += [json.loads(line) for line in f if line.strip()]
     return docs
@@ -146,11 +146,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-mb", type=int, default=16)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--real", type=Path, default=REAL, help="the real corpora's folder")
     args = parser.parse_args()
-    if not REAL.is_dir():
-        print(f"skipped: {REAL} is absent (the real corpora are not on this machine)")
+    if not args.real.is_dir():
+        print(f"skipped: {args.real} is absent (the real corpora are not on this machine)")
         return 0
-    docs = base_documents()
+    docs = base_documents(args.real)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         for scale in args.scales:
