@@ -48,6 +48,10 @@ class FinishedChunk:
     funnel: Sequence[Sequence[Any]]
 
 
+STATE_MEMORY_LIMIT = "512MB"
+"""DuckDB's memory limit for the state database (what the driver's DuckDB may hold)."""
+
+
 class StateStore:
     """Read-write access to one lake's state database."""
 
@@ -66,6 +70,10 @@ class StateStore:
                 f"{path} is not a readable lakecurate state database ({exc}); "
                 "move it away and run `lakecurate verify --repair`"
             ) from exc
+        # DuckDB's default is 80% of RAM: its buffer pool would keep every index page it ever
+        # read, so the driver's memory would grow with the lake. The state's working set is
+        # one chunk's lookups; the rest is read back from disk when needed.
+        con.execute(f"SET memory_limit = '{STATE_MEMORY_LIMIT}'")
         store = cls(con)
         store._migrate()
         return store
