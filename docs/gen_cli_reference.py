@@ -34,6 +34,7 @@ do (`lakecurate --debug ...` adds the traceback). Exit codes:
 - `0`: done (also `--help`, and a command group run without a command: it shows its help).
 - `1`: an error. Usage mistakes too (an unknown option, a missing or bad argument): their line
   ends with `(try 'lakecurate CMD --help')`.
+  `restore` of the version that is already current too: nothing to restore, no commit made.
 - `2`: it ran but left something undone: an ingest that left DEAD chunks (or an unreadable input
   file), a `verify` that found problems.
 - `3`: an ingest that committed a file most of whose records are malformed for one reason; it

@@ -252,16 +252,17 @@ class Lake:
         with write_session(self.paths, "restore", str(version), None) as session:
             delta = session.delta
             current = delta.version()
-            if not 0 <= version <= current:
+            if current < 0:
+                raise LakeError("the lake has no table yet: nothing to restore")
+            if version == current:
                 raise LakeError(
-                    f"version {version} does not exist: the lake has versions 0 to {current}"
+                    f"version {version} is already the current version; nothing to restore"
                 )
-            earliest, _ = delta.readable_range()
-            if version < earliest:
-                raise LakeError(
-                    f"version {version} can no longer be restored: vacuum deleted files it "
-                    f"needs; versions {earliest} to {current} are intact"
-                )
+            delta.resolve(version)  # outside the log: "does not exist", naming what can be read
+            try:  # the rule `sql --version` and `export --version` follow too
+                delta.readability().check(version)
+            except LookupError as exc:
+                raise delta.unreadable(version, exc) from exc
             new_version = Committer(session, None).restore(version)
             session.finish("OK", f"restored version {version} as version {new_version}")
             return new_version

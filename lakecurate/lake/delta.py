@@ -14,7 +14,8 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -44,6 +45,55 @@ class FilesMissingError(LookupError):
     def __init__(self, message: str, vacuumed: bool) -> None:
         super().__init__(message)
         self.vacuumed = vacuumed
+
+
+@dataclass(frozen=True)
+class Readability:
+    """Which versions of the table can be read, by the one rule that ``sql``/``export``/
+    ``report``/``explain`` (``--version``) and ``restore`` all follow: **a version can be read
+    iff the log can reconstruct it and every data file it names is on disk**. Built by
+    ``DeltaStore.readability`` from one pass over the log; nothing else decides it.
+
+    A vacuum does not leave one contiguous range: a version between two supersedes can keep
+    all its files while an older one lost some, so ``missing`` is kept per version.
+    """
+
+    earliest: int  # the oldest version the log can reconstruct
+    latest: int
+    missing: Mapping[int, tuple[int, str]]  # unreadable version -> (files missing, one of them)
+    vacuumed: bool  # a vacuum explains missing files (the log has one; the latest is whole)
+
+    def check(self, version: int) -> None:
+        """Raise ``LookupError`` (the log cannot reconstruct ``version``) or
+        ``FilesMissingError`` (files it names are gone); return when it can be read."""
+        if not self.earliest <= version <= self.latest:
+            raise LookupError(
+                f"the log cannot reconstruct version {version} (it holds "
+                f"{self.earliest} to {self.latest})"
+            )
+        if version in self.missing:
+            count, example = self.missing[version]
+            raise FilesMissingError(
+                f"{count} data file(s) of version {version} "
+                + (
+                    "were removed by vacuum"
+                    if self.vacuumed
+                    else "are missing (no vacuum removed them)"
+                )
+                + f", e.g. {example}",
+                self.vacuumed,
+            )
+
+    def readable(self, version: int) -> bool:
+        return self.earliest <= version <= self.latest and version not in self.missing
+
+    def newest_run(self) -> tuple[int, int]:
+        """(first, latest): the versions from ``first`` on can all be read; what messages
+        name. Older readable versions may exist before a gap; they are read all the same."""
+        first = self.latest
+        while self.readable(first - 1):
+            first -= 1
+        return first, self.latest
 
 
 def open_table(path: Path, version: int | None = None) -> DeltaTable:
@@ -551,29 +601,20 @@ class DeltaStore:
         )
 
     def open_version(self, version: int) -> pds.Dataset:
-        """The Arrow dataset of ``version``, after checking that every file it needs is still
-        on disk (a vacuum may have removed them; reading would fail halfway otherwise).
+        """The Arrow dataset of ``version``, after checking it by the one rule
+        (``Readability``): a vacuum may have removed files it needs, and reading would fail
+        halfway otherwise.
 
-        Raises ``LookupError`` naming what is missing; callers turn it into a message that
-        names the versions that do exist.
+        Raises ``LookupError`` (``FilesMissingError`` for missing files); callers turn it into
+        a message that names the versions that can be read (``unreadable``).
         """
+        self.readability().check(version)
         try:
             dt = DeltaTable(str(self.path), version=version)
         except (DeltaError, OSError) as exc:
             raise LookupError(
                 f"the log cannot reconstruct version {version}: {one_line(exc)}"
             ) from exc
-        missing = [p for p in dt.file_uris() if "://" not in p and not os.path.exists(p)]
-        if missing:
-            # Only a vacuum the log records, with this version behind its horizon, explains
-            # missing files; anything else is damage, and saying "vacuum" would mislead.
-            vacuumed = version < self.readable_range()[0]
-            raise FilesMissingError(
-                f"{len(missing)} data file(s) of version {version} "
-                + ("were removed by vacuum" if vacuumed else "are missing (no vacuum removed them)")
-                + f", e.g. {missing[0]}",
-                vacuumed,
-            )
         return self._fast_dataset(dt) or dt.to_pyarrow_dataset()
 
     def _fast_dataset(self, dt: DeltaTable) -> pds.Dataset | None:
@@ -688,10 +729,10 @@ class DeltaStore:
             raise CommitError(f"checkpoint failed: {one_line(exc)}; re-run it") from exc
         return dt.version()
 
-    def readable_range(self, entries: list[dict[str, Any]] | None = None) -> tuple[int, int]:
-        """(earliest, latest) version that can be read: what the log can reconstruct, after
-        the horizon of the last vacuum (its time minus its retention: the version current
-        then, and every later one, still has all its files)."""
+    def readability(self) -> Readability:
+        """Which versions can be read (see ``Readability``), from one pass over the log: the
+        add and remove actions of every commit file, replayed in order, against the data
+        files on disk (a few ms per hundred commits: every versioned read can afford it)."""
         span = self.log_versions()
         if span is None:
             raise LakeError(
@@ -699,22 +740,51 @@ class DeltaStore:
                 "`lakecurate ingest` first"
             )
         earliest, latest = span
-        entries = self.log_entries() if entries is None else entries
-        vacuums = [e for e in entries if e.get("operation") == "VACUUM START"]
-        if vacuums:
-            last = vacuums[-1]
-            retention = int(
-                (last.get("operationParameters") or {}).get("specifiedRetentionMillis", 0) or 0
-            )
-            horizon = int(last["timestamp"]) - retention
-            before = [int(e["version"]) for e in entries if int(e["timestamp"]) < horizon]
-            earliest = max(earliest, max(before, default=earliest))
-        return earliest, latest
+        live: set[str] = set()
+        if earliest > 0:  # commits before a checkpoint were cleaned up: start from it
+            live = {unquote(rel) for rel in self.files_at(earliest)}
+        exists: dict[str, bool] = {}
+
+        def on_disk(rel: str) -> bool:
+            if rel not in exists:
+                exists[rel] = "://" in rel or (self.path / rel).exists()
+            return exists[rel]
+
+        gone = {rel for rel in live if not on_disk(rel)}
+        missing: dict[int, tuple[int, str]] = {}
+        vacuum_seen = False
+        log = self.path / LOG_DIR
+        for version in range(earliest, latest + 1):
+            commit = log / f"{version:020d}.json"
+            if version > earliest or earliest == 0:
+                with contextlib.suppress(FileNotFoundError):  # a gap: delta-rs will say so
+                    for line in commit.read_text(encoding="utf-8").splitlines():
+                        action = _action(commit, line)
+                        if "add" in action:
+                            rel = unquote(action["add"]["path"])
+                            live.add(rel)
+                            if not on_disk(rel):
+                                gone.add(rel)
+                        elif "remove" in action:
+                            rel = unquote(action["remove"]["path"])
+                            live.discard(rel)
+                            gone.discard(rel)
+                        elif "VACUUM" in str((action.get("commitInfo") or {}).get("operation")):
+                            vacuum_seen = True
+            if gone:
+                missing[version] = (len(gone), str(self.path / min(gone)))
+        return Readability(earliest, latest, missing, vacuum_seen and latest not in missing)
+
+    def readable_range(self) -> tuple[int, int]:
+        """(first, latest): from ``first`` on every version can be read, by the one rule
+        (``Readability``); what messages and ``vacuum`` report."""
+        return self.readability().newest_run()
 
     def resolve(self, version: int | None = None, as_of_ms: int | None = None) -> int:
         """The version to read: ``version`` itself, the last version committed at or before
         ``as_of_ms`` (ms since the epoch, UTC), or the latest. A version or time outside the
-        table raises ``LakeError`` naming the range that exists."""
+        log raises ``LakeError`` naming the versions that can be read; whether the version's
+        files are all there is ``open_version``'s check (the same rule ``restore`` applies)."""
         span = self.log_versions()
         if span is None:
             raise LakeError(
@@ -724,11 +794,11 @@ class DeltaStore:
         if as_of_ms is None and (version is None or span[0] <= version <= span[1]):
             return span[1] if version is None else version  # the fast path: no log read
         entries = self.log_entries()
-        earliest, latest = self.readable_range(entries)
+        earliest, latest = self.readable_range()
         stamps = {int(e["version"]): int(e["timestamp"]) for e in entries}
         if as_of_ms is not None:
-            at = [v for v, ts in stamps.items() if ts <= as_of_ms and v <= latest]
-            if at and max(at) >= earliest:
+            at = [v for v, ts in stamps.items() if ts <= as_of_ms and span[0] <= v <= latest]
+            if at:
                 return max(at)
             raise LakeError(
                 f"no version of the lake existed at {utc_text(as_of_ms)}: "
@@ -737,20 +807,31 @@ class DeltaStore:
         raise LakeError(f"version {version} does not exist: {_describe(earliest, latest, stamps)}")
 
     def unreadable(self, version: int, why: object) -> LakeError:
-        """The error for a version inside the log whose files are gone (vacuumed or lost)."""
+        """The error for a version inside the log that the rule says cannot be read."""
         if isinstance(why, FilesMissingError) and not why.vacuumed:
             return LakeError(
                 f"version {version} cannot be read: {why}; put the missing "
                 "file(s) back, or `lakecurate restore` a version that does not "
                 "need them (`lakecurate verify` lists every missing file)"
             )
-        entries = self.log_entries()
-        earliest, latest = self.readable_range(entries)
-        stamps = {int(e["version"]): int(e["timestamp"]) for e in entries}
+        earliest, latest = self.readable_range()
+        stamps = {int(e["version"]): int(e["timestamp"]) for e in self.log_entries()}
         return LakeError(
             f"version {version} can no longer be read ({why}): "
             f"{_describe(earliest, latest, stamps)}"
         )
+
+
+def _action(commit: Path, line: str) -> dict[str, Any]:
+    """One action of a commit file; a line that is not JSON is one ``LakeError`` line."""
+    try:
+        action = json.loads(line) if line.strip() else {}
+    except ValueError as exc:
+        raise LakeError(
+            f"cannot read the Delta log: {commit.name} is damaged ({one_line(exc)}); run "
+            "`lakecurate verify --repair`"
+        ) from exc
+    return action if isinstance(action, dict) else {}
 
 
 def _parquet_damage(path: Path) -> str | None:

@@ -8,6 +8,7 @@ from the table and its log. What cannot be rebuilt is only a cache: the stat cac
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,6 +139,9 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
             "rows_kept": r["rows_kept"],
             "rows_malformed": r["rows_malformed"],
             "worker": r.get("worker"),
+            # as ``StateStore.finish_chunks`` stores them: '; '-joined, JSON, NULL when none
+            "gate_violations": "; ".join(r.get("gate_violations") or []) or None,
+            "redactions": json.dumps(r["redactions"]) if r.get("redactions") else None,
             "seq": r["seq"],
             "delta_version": r["delta_version"],
             "run_id": r["run_id"],
@@ -176,6 +180,7 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
             ]
             back = [r[0] for r in con.execute(engine.q("state.chunks_back_in_table")).fetchall()]
             con.execute(engine.q("state.requeue_absent"), {"keys": absent})
+            con.execute(engine.q("state.clear_funnel_of_absent"), {"keys": absent})
             if records:
                 con.execute(engine.q("state.upsert_present"))
                 con.execute(engine.q("state.clear_funnel_of_present"))

@@ -14,23 +14,33 @@ SELECT r.chunk_key FROM records r LEFT JOIN chunks c USING (chunk_key)
 WHERE c.chunk_key IS NULL OR c.status <> 'SUCCESS';
 
 -- name: requeue_absent
-UPDATE chunks SET status = 'PENDING', attempts = 0, commit_seq = NULL, delta_version = NULL
+-- Back to PENDING as a chunk never processed: no counts, gates, redactions, worker or funnel of
+-- the commit that is no longer in the table (status and sql would add them up otherwise).
+UPDATE chunks SET status = 'PENDING', attempts = 0, commit_seq = NULL, delta_version = NULL,
+    rows_in = NULL, rows_kept = NULL, rows_dropped = NULL, rows_malformed = NULL,
+    gate_violations = NULL, redactions = NULL, worker = NULL, started_at = NULL,
+    finished_at = NULL, heartbeat_at = NULL, last_error = NULL, traceback = NULL
 WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: clear_funnel_of_absent
+DELETE FROM filter_stats WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
 -- name: upsert_present
 INSERT INTO chunks (chunk_key, source_path, source_sha256, format, chunk_index, byte_start,
     byte_end, row_group_start, row_group_end, first_line, input_sha256, input_bytes, status,
     attempts, worker, finished_at, rows_in, rows_kept, rows_dropped, rows_malformed, commit_seq,
-    delta_version, run_id, created_at)
+    delta_version, run_id, created_at, gate_violations, redactions)
 SELECT chunk_key, source_path, source_sha256, format, chunk_index, byte_start, byte_end,
     row_group_start, row_group_end, first_line, input_sha256, input_bytes, 'SUCCESS', 1, worker,
     now(), rows_in, rows_kept, rows_in - rows_kept - rows_malformed, rows_malformed, seq,
-    delta_version, run_id, now()
+    delta_version, run_id, now(), gate_violations, redactions
 FROM records
 ON CONFLICT (chunk_key) DO UPDATE SET status = 'SUCCESS', commit_seq = excluded.commit_seq,
     delta_version = excluded.delta_version, rows_in = excluded.rows_in,
     rows_kept = excluded.rows_kept, rows_dropped = excluded.rows_dropped,
-    rows_malformed = excluded.rows_malformed, last_error = NULL, traceback = NULL;
+    rows_malformed = excluded.rows_malformed, worker = excluded.worker,
+    gate_violations = excluded.gate_violations, redactions = excluded.redactions,
+    run_id = excluded.run_id, last_error = NULL, traceback = NULL;
 
 -- name: clear_index
 DELETE FROM content_hashes;

@@ -76,5 +76,7 @@ def test_restore_of_a_missing_version_names_the_range(tmp_path: Path, config_fil
     _write(data / "a.jsonl", [("a", "some text")])
     lake = Lake.open(tmp_path / "lake")
     assert lake.ingest([data], config=config_file).ok
-    with pytest.raises(LakeError, match="versions 0 to 0"):
+    with pytest.raises(
+        LakeError, match=r"version 7 does not exist: the lake has versions 0 \(.*\) to 0"
+    ):
         lake.restore(7)
