@@ -19,25 +19,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import loadavg, rss_mib, save
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_chunks.json"
 DOC_BYTES = 2000
 VOCABULARY = "the of and to in is was for on that with by as at from his her they"
 WORDS = np.array(VOCABULARY.split())
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def write_input(path: Path, chunks: int, docs_per_chunk: int, seed: int = 0) -> int:
@@ -83,7 +77,7 @@ def run(chunks: int, workers: int, work: Path) -> dict[str, Any]:
         return out
 
     setattr(DeltaStore, name, timed)
-    load_before = os.getloadavg()
+    load_before = loadavg()
     started = time.perf_counter()
     report = Lake.open(work / "lake").ingest([data], config=cfg, workers=workers)
     wall = time.perf_counter() - started
@@ -107,8 +101,8 @@ def run(chunks: int, workers: int, work: Path) -> dict[str, Any]:
         "driver_rss_mib_end": round(rss_mib()),
         "wall_seconds": round(wall, 1),
         "docs_per_second": round(report.rows_in / wall),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
     }
 
 
@@ -120,10 +114,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-chunks-") as tmp:
         result = run(args.chunks, args.workers, Path(tmp))
-    result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
-    print(json.dumps(result, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save(result, args.out)
 
 
 if __name__ == "__main__":

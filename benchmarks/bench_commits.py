@@ -28,12 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import rss_mib
+
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_commits.json"
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def grow(path_name: str, commits: int, n_rows: int, table: Path) -> dict[str, Any]:

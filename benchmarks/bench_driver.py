@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import loadavg, save
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_driver.json"
 VOCABULARY = " ".join(
@@ -112,7 +111,7 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
             reaped[k] = reaped.get(k, 0) + after[k] - before[k]
 
     runner.LocalExecutor.close = measured_close  # type: ignore[method-assign]
-    load_before = os.getloadavg()
+    load_before = loadavg()
     io_before = io_counters()
     cpu_before = cpu_seconds(resource.RUSAGE_SELF)
     children_before = cpu_seconds(resource.RUSAGE_CHILDREN)
@@ -147,8 +146,8 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
         "driver_over_workers_cpu": round(driver_cpu / workers_cpu, 4) if workers_cpu else None,
         "wall_seconds": round(wall, 1),
         "docs_per_second": round(report.rows_in / wall),
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_before": load_before,
+        "loadavg_after": loadavg(),
     }
 
 
@@ -161,10 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
         result = run(args.mb, args.workers, args.chunk_mb, Path(tmp))
-    result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
-    print(json.dumps(result, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    save(result, args.out)
 
 
 if __name__ == "__main__":

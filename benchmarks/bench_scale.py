@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import random
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from common import loadavg, save
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_scale.json"
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
@@ -116,7 +117,7 @@ def run_scale(
     data = work / f"scale{scale}.jsonl"
     size, n = write_scale(data, docs, scale)
     lake = work / f"lake{scale}"
-    load = os.getloadavg()
+    load = loadavg()
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(data), str(lake), str(workers), str(chunk_mb)],
         capture_output=True,
@@ -134,7 +135,7 @@ def run_scale(
         state_bytes_per_document=round(state / n, 1),
         bloom_bytes=du(lake / "index"),
         table_bytes=du(lake / "documents"),
-        loadavg_before=[round(x, 2) for x in load],
+        loadavg_before=load,
     )
     data.unlink()
     return out
@@ -161,13 +162,7 @@ def main() -> int:
     for r in results:
         r["time_over_first"] = round(r["wall_seconds"] / first["wall_seconds"], 2)
         r["input_over_first"] = round(r["input_bytes"] / first["input_bytes"], 2)
-    summary = {
-        "results": results,
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
-    print(json.dumps(summary, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    save({"results": results}, args.out)
     return 0
 
 

@@ -129,18 +129,12 @@ class OutputConfig:
 
 def _output_from_dict(sec: object) -> OutputConfig:
     """The ``[output]`` section: unknown keys here, values by the class."""
-    if not isinstance(sec, dict):
-        raise ConfigError(f"[output] must be a table, got {type(sec).__name__}")
-    _check_keys("output", sec, {"keep_rejected_text"})
-    return OutputConfig(**sec)
+    return OutputConfig(**_section("output", sec, {"keep_rejected_text"}))
 
 
 def _input_from_dict(sec: object) -> InputConfig:
     """The ``[input]`` section: unknown keys here, values by the class."""
-    if not isinstance(sec, dict):
-        raise ConfigError(f"[input] must be a table, got {type(sec).__name__}")
-    _check_keys("input", sec, {"text_field", "id_field"})
-    return InputConfig(**sec)
+    return InputConfig(**_section("input", sec, {"text_field", "id_field"}))
 
 
 def with_input(cfg: Config, text_field: str | None = None, id_field: str | None = None) -> Config:
@@ -280,9 +274,7 @@ class NearDedupConfig:
 
 def _near_from_dict(sec: object) -> NearDedupConfig:
     """The ``[near_dedup]`` section: unknown keys here, types and ranges by the class."""
-    if not isinstance(sec, dict):
-        raise ConfigError(f"[near_dedup] must be a table, got {type(sec).__name__}")
-    _check_keys("near_dedup", sec, set(_NEAR_TYPES))
+    sec = _section("near_dedup", sec, set(_NEAR_TYPES))
     threshold = sec.get("threshold")
     if isinstance(threshold, int) and not isinstance(threshold, bool):
         sec = {**sec, "threshold": float(threshold)}
@@ -338,6 +330,14 @@ class Config:
         return steps
 
 
+def _section(section: str, sec: object, allowed: set[str]) -> dict[str, Any]:
+    """A config section: a TOML table with only ``allowed`` keys."""
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[{section}] must be a table, got {type(sec).__name__}")
+    _check_keys(section, sec, allowed)
+    return sec
+
+
 def _check_keys(section: str, given: dict[str, Any], allowed: set[str]) -> None:
     unknown = sorted(set(given) - allowed)
     if unknown:
@@ -374,14 +374,9 @@ def from_dict(data: dict[str, Any]) -> Config:
             f"unknown key [top level].{unknown[0]}; allowed keys: dedup, ingest, input, "
             "near_dedup, output, preset, " + ", ".join(_FILTER_SECTIONS)
         )
-    ing = data.get("ingest", {})
-    ded = data.get("dedup", {})
-    for name, sec in (("ingest", ing), ("dedup", ded)):
-        if not isinstance(sec, dict):
-            raise ConfigError(f"[{name}] must be a table, got {type(sec).__name__}")
-    _check_keys(
+    ing = _section(
         "ingest",
-        ing,
+        data.get("ingest", {}),
         {
             "chunk_size",
             "max_attempts",
@@ -395,7 +390,7 @@ def from_dict(data: dict[str, Any]) -> Config:
             "commit_seconds",
         },
     )
-    _check_keys("dedup", ded, {"exact"})
+    ded = _section("dedup", data.get("dedup", {}), {"exact"})
     defaults = IngestConfig()
     backoff = _seconds("retry_backoff", ing.get("retry_backoff", defaults.retry_backoff))
     heartbeat = _seconds(
@@ -723,11 +718,10 @@ def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
     out = []
     for s in steps:
         section = _OWN_SECTION.get(s, f"filters.{s}")
-        given = data.get(s, {}) if s in _OWN_SECTION else sec.get(s, {})
-        if not isinstance(given, dict):
-            raise ConfigError(f"[{section}] must be a table, got {type(given).__name__}")
         defaults = step_defaults(s)
-        _check_keys(section, given, set(defaults))
+        given = _section(
+            section, data.get(s, {}) if s in _OWN_SECTION else sec.get(s, {}), set(defaults)
+        )
         params = dict(defaults)
         for key, value in given.items():
             params[key] = _check_value(f"[{section}].{key}", value, defaults[key])
@@ -786,10 +780,8 @@ def _check_language_scopes(filters: FiltersConfig) -> FiltersConfig:
 
 
 def _gates_from_dict(sec: Any, filters: FiltersConfig) -> GatesConfig:
-    if not isinstance(sec, dict):
-        raise ConfigError(f"[gates] must be a table, got {type(sec).__name__}")
     names = [s.name for s in filters.steps if s.name != "pii"]
-    _check_keys("gates", sec, {"strict", *names})
+    sec = _section("gates", sec, {"strict", *names})
     strict = sec.get("strict", False)
     if not isinstance(strict, bool):
         raise ConfigError(f"[gates].strict = {strict!r}: must be true or false")

@@ -138,6 +138,7 @@ class DeltaStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._dt: DeltaTable | None = None
+        self._readability: tuple[tuple[int, int], Readability] | None = None
 
     def table(self) -> DeltaTable | None:
         """The table at its latest version, or None before the first commit."""
@@ -732,13 +733,16 @@ class DeltaStore:
     def readability(self) -> Readability:
         """Which versions can be read (see ``Readability``), from one pass over the log: the
         add and remove actions of every commit file, replayed in order, against the data
-        files on disk (a few ms per hundred commits: every versioned read can afford it)."""
+        files on disk (a few ms per hundred commits: every versioned read can afford it). Kept
+        while the log's versions stay the same: a vacuum or a commit adds versions."""
         span = self.log_versions()
         if span is None:
             raise LakeError(
                 f"the lake has no versions yet ({self.path} has no commits): run "
                 "`lakecurate ingest` first"
             )
+        if self._readability is not None and self._readability[0] == span:
+            return self._readability[1]  # resolve, check and message read the log once
         earliest, latest = span
         live: set[str] = set()
         if earliest > 0:  # commits before a checkpoint were cleaned up: start from it
@@ -773,7 +777,9 @@ class DeltaStore:
                             vacuum_seen = True
             if gone:
                 missing[version] = (len(gone), str(self.path / min(gone)))
-        return Readability(earliest, latest, missing, vacuum_seen and latest not in missing)
+        found = Readability(earliest, latest, missing, vacuum_seen and latest not in missing)
+        self._readability = (span, found)
+        return found
 
     def readable_range(self) -> tuple[int, int]:
         """(first, latest): from ``first`` on every version can be read, by the one rule

@@ -279,7 +279,7 @@ def test_a_failed_finalise_runs_again_and_changes_nothing(
     assert report.ok and (f"finalise {fate}", bad) in fake.log
     assert seen.count(bad) == 2
     assert lake_rows(tmp_path / "lake") == small_reference
-    assert verify_clean(tmp_path / "lake")
+    assert_verify_clean(tmp_path / "lake")
 
 
 def test_a_finalise_that_always_fails_stops_the_run_and_the_next_run_finishes(
@@ -300,11 +300,10 @@ def test_a_finalise_that_always_fails_stops_the_run_and_the_next_run_finishes(
     report = run(corpus, small_cfg, tmp_path / "lake", FakeExecutor(2, lambda _k, _a: "ok"))
     assert report.ok
     assert lake_rows(tmp_path / "lake") == small_reference
-    assert verify_clean(tmp_path / "lake")
+    assert_verify_clean(tmp_path / "lake")
 
 
-def verify_clean(lake: Path) -> bool:
+def assert_verify_clean(lake: Path) -> None:
     """``verify`` finds nothing: no orphan data file, the index agrees with the table."""
     report = Lake.open(lake).verify()
     assert not report.problems, report.problems
-    return True

@@ -1,0 +1,28 @@
+"""What every benchmark here records the same way: the load, the driver's RSS, the result file."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def loadavg() -> list[float]:
+    """The 1/5/15-minute load averages, rounded: the machine is shared, say how busy it was."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def save(result: dict[str, Any], out: Path) -> None:
+    """Record the command line with ``result``, print it and write it to ``out``."""
+    result["command"] = " ".join([Path(sys.executable).name, *sys.argv])
+    print(json.dumps(result, indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
