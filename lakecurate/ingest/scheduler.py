@@ -250,7 +250,8 @@ class Scheduler:
         if outcome.files is not None:
             self.committer.files_written(key, outcome.files)
             return
-        if outcome.blameless:
+        if outcome.blameless:  # not its fault: runs again without using up an attempt
+            self.finalise_attempts[key] -= 1
             self._finalise(order)
             return
         exc = outcome.error
