@@ -56,8 +56,9 @@ class IngestConfig:
     workers: int = 0  # 0 = one per core
     heartbeat_timeout: float = 60.0  # a worker silent this long is killed, its chunk retried
     chunk_timeout: float = 3600.0  # a chunk running longer is killed and retried; 0 = no limit
-    # A compressed JSONL file is one chunk, held in memory while it is processed: a file that
-    # decompresses to more fails (DEAD, with what to do) instead of exhausting the worker's memory.
+    # A compressed JSONL file is cut into chunks of chunk_size decompressed bytes at line ends (one
+    # chunk while it fits); a chunk whose text is larger still (one enormous line, a chunk_size
+    # above this) fails (DEAD, with what to do) instead of exhausting the worker's memory.
     max_compressed_chunk_bytes: int = 1024**3
     # One Delta commit carries a group of chunks; a group closes when it has this many chunks,
     # this many input bytes, or has been open this long (seconds), whichever comes first. A

@@ -51,6 +51,14 @@ class ChunkSpec:
     row_group_start: int | None = None
     row_group_end: int | None = None
 
+    @property
+    def is_slice(self) -> bool:
+        """One of several chunks of a compressed file: ``byte_start``/``byte_end`` count
+        decompressed bytes and ``input_sha256`` names them. A compressed file that fits one chunk
+        keeps the whole-file chunk it always had (its digest is the file's)."""
+        compressed = self.format not in (Format.JSONL, Format.PARQUET)
+        return compressed and self.input_sha256 != self.source_sha256
+
 
 @dataclass(frozen=True)
 class WorkOrder:

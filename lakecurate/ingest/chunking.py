@@ -5,7 +5,8 @@ path, its first line and the sha256 of its bytes. The same bytes at the same pla
 same key and a changed input gives new keys; identical bytes in two files (a/data.jsonl and
 b/data.jsonl, common in crawl mirrors) are two chunks, each owned by its own file, so changing one
 file can never take the other's rows with it (issue 12, D6). Plain JSONL is cut at newline
-boundaries near the target size; Parquet by groups of row groups; compressed JSONL is one chunk.
+boundaries near the target size; Parquet by groups of row groups; compressed JSONL
+is one chunk while its text fits ``chunk_size``, else cut at newlines of its decompressed text.
 
 Which files are read is one table, ``_SUFFIXES``: JSON lines under any of its usual names
 (``.jsonl``, ``.ndjson``, and ``.json`` when compressed: how C4 and Dolma ship), plain or compressed
@@ -16,8 +17,11 @@ suffix, so the keys of the formats read before the aliases existed are unchanged
 from __future__ import annotations
 
 import hashlib
+import io
+import lzma
 import os
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +29,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from lakecurate.errors import InputError
-from lakecurate.ingest.digest import parquet_digest
+from lakecurate.ingest.digest import DECOMPRESSORS, HashingReader, parquet_digest
 from lakecurate.lake.paths import LakePaths
 from lakecurate.types import ChunkSpec, Format
 
@@ -289,69 +293,94 @@ def _read_blocks(path: str) -> Iterator[bytes]:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
 
 
-def _plan_jsonl(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
-    stem = _stem(path)
-    specs: list[ChunkSpec] = []
-    chunk_hashes = hashlib.sha256()
-    state = {"start": 0, "size": 0, "lines": 0, "first_line": 1}
+@dataclass(frozen=True)
+class _Piece:
+    """A run of whole lines: where it starts, how long it is, its first line and its sha256."""
+
+    start: int
+    size: int
+    first_line: int
+    digest: str
+
+
+def _cut(blocks: Iterable[bytes], chunk_size: int) -> Iterator[_Piece]:
+    """Cut a stream of bytes at the first newline at or after every ``chunk_size`` bytes."""
     h = hashlib.sha256()
-
-    def consume(piece: bytes) -> None:
-        h.update(piece)
-        state["size"] += len(piece)
-        state["lines"] += piece.count(b"\n")
-
-    def emit() -> None:
-        nonlocal h
-        digest = h.hexdigest()
-        chunk_hashes.update(bytes.fromhex(digest))
-        idx = len(specs)
-        specs.append(
-            ChunkSpec(
-                chunk_key=chunk_key(stem, idx, path, state["first_line"], digest),
-                source_path=path,
-                source_sha256="",
-                format=Format.JSONL,
-                chunk_index=idx,
-                first_line=state["first_line"],
-                input_sha256=digest,
-                input_bytes=state["size"],
-                byte_start=state["start"],
-                byte_end=state["start"] + state["size"],
-            )
-        )
-        state["start"] += state["size"]
-        state["first_line"] += state["lines"]
-        state["size"] = state["lines"] = 0
-        h = hashlib.sha256()
-
-    for block in _read_blocks(path):
+    start = size = lines = 0
+    first_line = 1
+    for block in blocks:
         offset = 0
         while offset < len(block):
-            need = max(chunk_size - state["size"], 1)
+            need = max(chunk_size - size, 1)
             nl = block.find(b"\n", offset + need - 1) if offset + need <= len(block) else -1
+            piece = block[offset:] if nl == -1 else block[offset : nl + 1]
+            h.update(piece)
+            size += len(piece)
+            lines += piece.count(b"\n")
             if nl == -1:
-                consume(block[offset:])
                 break
-            consume(block[offset : nl + 1])
-            emit()
+            yield _Piece(start, size, first_line, h.hexdigest())
+            start, first_line = start + size, first_line + lines
+            size = lines = 0
+            h = hashlib.sha256()
             offset = nl + 1
-    if state["size"]:
-        emit()
+    if size:
+        yield _Piece(start, size, first_line, h.hexdigest())
+
+
+def _line_specs(path: str, fmt: Format, pieces: Iterable[_Piece]) -> tuple[str, list[ChunkSpec]]:
+    """One chunk per piece; the source sha256 names the pieces' digests in order."""
+    stem = _stem(path)
+    chunk_hashes = hashlib.sha256()
+    specs: list[ChunkSpec] = []
+    for idx, p in enumerate(pieces):
+        chunk_hashes.update(bytes.fromhex(p.digest))
+        specs.append(
+            ChunkSpec(
+                chunk_key=chunk_key(stem, idx, path, p.first_line, p.digest),
+                source_path=path,
+                source_sha256="",
+                format=fmt,
+                chunk_index=idx,
+                first_line=p.first_line,
+                input_sha256=p.digest,
+                input_bytes=p.size,
+                byte_start=p.start,
+                byte_end=p.start + p.size,
+            )
+        )
     return _with_source_sha(specs, chunk_hashes.hexdigest())
+
+
+def _plan_jsonl(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
+    return _line_specs(path, Format.JSONL, _cut(_read_blocks(path), chunk_size))
 
 
 def _with_source_sha(specs: list[ChunkSpec], sha: str) -> tuple[str, list[ChunkSpec]]:
     return sha, [replace(s, source_sha256=sha) for s in specs]
 
 
-def _plan_whole(path: str, fmt: Format) -> tuple[str, list[ChunkSpec]]:
-    h = hashlib.sha256()
-    size = 0
-    for block in _read_blocks(path):
-        h.update(block)
-        size += len(block)
-    digest = h.hexdigest()
+def _plan_compressed(path: str, fmt: Format, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
+    """A compressed file read as a stream: one chunk named by the file's bytes while its text
+    fits ``chunk_size`` (the key it always had), else one chunk per ``chunk_size`` of
+    decompressed text (``ChunkSpec.is_slice``), so a large shard is many units of work, memory
+    and resume. A stream that does not decompress stays one chunk: its worker says what is
+    wrong with it, as for any corrupt file."""
+    pieces: list[_Piece] = []
+    try:
+        with open(path, "rb") as f:
+            whole = HashingReader(f)
+            try:
+                stream = DECOMPRESSORS[fmt][1](io.BufferedReader(whole, _BLOCK))
+                pieces = list(_cut(iter(lambda: stream.read(_BLOCK), b""), chunk_size))
+            except (EOFError, OSError, ValueError, zlib.error, lzma.LZMAError):
+                pieces = []  # corrupt (gzip's BadGzipFile is an OSError): one chunk, as before
+            whole.drain()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    if len(pieces) > 1:
+        return _line_specs(path, fmt, pieces)
+    digest, size = whole.sha.hexdigest(), whole.nbytes
     if size == 0:
         return digest, []
     spec = ChunkSpec(
@@ -417,4 +446,4 @@ def plan_file(path: str, fmt: Format, chunk_size: int) -> tuple[str, list[ChunkS
         return _plan_jsonl(path, chunk_size)
     if fmt is Format.PARQUET:
         return _plan_parquet(path, chunk_size)
-    return _plan_whole(path, fmt)
+    return _plan_compressed(path, fmt, chunk_size)

@@ -8,8 +8,6 @@ parse becomes a *malformed* record carrying its raw bytes and the error, never a
 from __future__ import annotations
 
 import base64
-import bz2
-import gzip
 import hashlib
 import io
 import itertools
@@ -18,7 +16,7 @@ import lzma
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, BinaryIO, cast
 
 import pyarrow as pa
@@ -27,7 +25,7 @@ import pyarrow.parquet as pq
 
 from lakecurate.config import IngestConfig, InputConfig
 from lakecurate.errors import PermanentChunkError, TransientError, one_line
-from lakecurate.ingest.digest import parquet_digest
+from lakecurate.ingest.digest import DECOMPRESSORS, HashingReader, parquet_digest
 from lakecurate.types import ChunkSpec, Format
 
 RECORD_SCHEMA = pa.schema(
@@ -42,27 +40,6 @@ RECORD_SCHEMA = pa.schema(
         ("id_given", pa.bool_()),
     ]
 )
-
-
-class _HashingReader(io.RawIOBase):
-    """A file wrapper that hashes every byte read, so decompression verifies the input once."""
-
-    def __init__(self, f: BinaryIO) -> None:
-        self._f = f
-        self.sha = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        data = self._f.read(len(b))
-        self.sha.update(data)
-        b[: len(data)] = data
-        return len(data)
-
-    def drain(self) -> None:
-        while data := self._f.read(1 << 20):
-            self.sha.update(data)
 
 
 _JSON_TYPES = {
@@ -322,9 +299,10 @@ def _bounded_lines(spec: ChunkSpec, stream: io.BufferedIOBase, limit: int) -> It
         if total > limit:
             raise PermanentChunkError(
                 f"{spec.source_path} decompresses to more than [ingest].max_compressed_chunk_bytes"
-                f" = {limit} bytes ({limit / 2**20:g} MiB): a compressed file is one chunk, held "
-                "in memory by one worker; split or recompress it into smaller shards, or raise "
-                "the setting if the workers have the memory"
+                f" = {limit} bytes ({limit / 2**20:g} MiB) in chunk {spec.chunk_key}: a "
+                "chunk is held in memory by one worker, and a compressed file is cut into chunks "
+                "of [ingest].chunk_size only at line ends; lower chunk_size, split or recompress "
+                "it into smaller shards, or raise the setting if the workers have the memory"
             )
         yield line[:-1] if line.endswith(b"\n") else line
 
@@ -352,23 +330,6 @@ def _open(path: str) -> BinaryIO:
         raise TransientError(f"cannot open {path}: {exc.strerror}") from exc
 
 
-def _zstd(f: BinaryIO) -> io.BufferedIOBase:
-    # Arrow's stream hands out at most what is asked for: zstandard's decompressobj returns all
-    # the output of its input at once (the first 64 KiB of a 10,000:1 file came back as all its
-    # 200 MB), and its stream_reader misses a cut frame.
-    return io.BufferedReader(pa.CompressedInputStream(f, "zstd"), 1 << 20)
-
-
-# The one table of compressed formats: the name errors use, and the decompressing stream. Each
-# stream hands out lines on demand, so ``_bounded_lines`` bounds what is held.
-_DECOMPRESSORS: dict[Format, tuple[str, Callable[[BinaryIO], io.BufferedIOBase]]] = {
-    Format.JSONL_GZ: ("gzip", lambda f: gzip.GzipFile(fileobj=f, mode="rb")),
-    Format.JSONL_ZST: ("zstd", _zstd),
-    Format.JSONL_BZ2: ("bzip2", lambda f: bz2.BZ2File(f, "rb")),
-    Format.JSONL_XZ: ("xz", lambda f: lzma.LZMAFile(f, "rb")),  # noqa: SIM115
-}
-
-
 def read_chunk(
     spec: ChunkSpec,
     max_decompressed: int = IngestConfig.max_compressed_chunk_bytes,
@@ -391,23 +352,39 @@ def read_chunk(
             for i, raw in enumerate(_split_lines(data)):
                 recs.add_line(spec.first_line + i, raw)
             return recs
-        hashing = _HashingReader(f)
-        buffered = io.BufferedReader(hashing, 1 << 20)
-        line = spec.first_line
-        kind, decompress = _DECOMPRESSORS[spec.format]
-        try:
-            stream = decompress(buffered)
-            for raw in _bounded_lines(spec, stream, max_decompressed):
-                recs.add_line(line, raw)
-                line += 1
-        except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
-            raise PermanentChunkError(
-                f"{spec.source_path}: corrupt or truncated {kind} stream after line "
-                f"{line - 1} ({one_line(exc)}); fix or remove the file and re-run"
-            ) from exc
-        hashing.drain()
-        _check(spec, hashing.sha.hexdigest())
-        return recs
+        return _read_compressed(spec, f, recs, max_decompressed)
+
+
+def _read_compressed(spec: ChunkSpec, f: BinaryIO, recs: Records, limit: int) -> Records:
+    """A whole compressed file, hashed as it is read; or one slice of its decompressed text
+    (``ChunkSpec.is_slice``): the text before it is decompressed and thrown away, and only the
+    slice's bytes are hashed and held."""
+    kind, decompress = DECOMPRESSORS[spec.format]
+    whole = HashingReader(f)
+    line = spec.first_line
+    try:
+        stream = decompress(io.BufferedReader(whole, 1 << 20))
+        if spec.is_slice:
+            assert spec.byte_start is not None and spec.byte_end is not None
+            skip = spec.byte_start
+            while skip and (n := len(stream.read(min(skip, 1 << 20)))):
+                skip -= n
+            part = HashingReader(stream, spec.byte_end - spec.byte_start)
+            stream = io.BufferedReader(part, 1 << 20)
+        for raw in _bounded_lines(spec, stream, limit):
+            recs.add_line(line, raw)
+            line += 1
+    except (EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
+        raise PermanentChunkError(
+            f"{spec.source_path}: corrupt or truncated {kind} stream after line "
+            f"{line - 1} ({one_line(exc)}); fix or remove the file and re-run"
+        ) from exc
+    if spec.is_slice:
+        _check(spec, part.sha.hexdigest())
+    else:
+        whole.drain()
+        _check(spec, whole.sha.hexdigest())
+    return recs
 
 
 _PARQUET_BATCH_ROWS = 8192

@@ -282,25 +282,62 @@ def test_unsafe_characters_in_the_stem_are_replaced(tmp_path: Path) -> None:
 # --- plan_file: compressed JSONL -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("name", "fmt"), [("web.jsonl.gz", Format.JSONL_GZ), ("web.jsonl.zst", Format.JSONL_ZST)]
-)
-def test_compressed_jsonl_is_one_chunk(tmp_path: Path, name: str, fmt: Format) -> None:
+_COMPRESSED = [("web.jsonl.gz", Format.JSONL_GZ), ("web.jsonl.zst", Format.JSONL_ZST)]
+
+
+def _compress(fmt: Format, raw: bytes) -> bytes:
+    return gzip.compress(raw, mtime=0) if fmt is Format.JSONL_GZ else zstandard.compress(raw)
+
+
+@pytest.mark.parametrize(("name", "fmt"), _COMPRESSED)
+def test_compressed_jsonl_that_fits_is_one_chunk_named_by_the_file(
+    tmp_path: Path, name: str, fmt: Format
+) -> None:
     raw = _lines(2000)
-    data = gzip.compress(raw) if fmt is Format.JSONL_GZ else zstandard.compress(raw)
+    data = _compress(fmt, raw)
     path = _touch(tmp_path / name, data)
-    sha, specs = chunking.plan_file(str(path), fmt, 100)  # far smaller than the file
+    sha, specs = chunking.plan_file(str(path), fmt, len(raw))  # the text fits exactly
     digest = hashlib.sha256(data).hexdigest()
     assert sha == digest
-    assert len(specs) == 1
-    s = specs[0]
-    assert s.format is fmt
+    (s,) = specs
+    assert s.format is fmt and not s.is_slice
     assert (s.byte_start, s.byte_end, s.input_bytes) == (0, len(data), len(data))
-    assert s.first_line == 1
-    assert s.chunk_index == 0
+    assert (s.first_line, s.chunk_index) == (1, 0)
     assert s.input_sha256 == s.source_sha256 == digest
-    assert s.chunk_key == chunking.chunk_key("web", 0, str(path), 1, digest)
-    assert _plan(path, 100) == (sha, specs)
+    assert s.chunk_key == chunking.chunk_key("web", 0, str(path), 1, digest)  # as it always was
+
+
+@pytest.mark.parametrize(("name", "fmt"), _COMPRESSED)
+@pytest.mark.parametrize("chunk_size", [1, 100, 5000, 40_000])
+def test_larger_compressed_jsonl_is_cut_like_its_text(
+    tmp_path: Path, name: str, fmt: Format, chunk_size: int
+) -> None:
+    """Slices of a compressed file are cut exactly where the same text, uncompressed, is cut."""
+    raw = _lines(2000)
+    plain = _touch(tmp_path / "plain" / "web.jsonl", raw)
+    path = _touch(tmp_path / name, _compress(fmt, raw))
+    sha, specs = chunking.plan_file(str(path), fmt, chunk_size)
+    plain_sha, plain_specs = chunking.plan_file(str(plain), Format.JSONL, chunk_size)
+    assert len(specs) == len(plain_specs) > 1
+    assert sha == plain_sha  # the pieces' digests, in order
+    for s, p in zip(specs, plain_specs, strict=True):
+        assert s.is_slice and s.format is fmt and s.source_sha256 == sha
+        fields = ("byte_start", "byte_end", "first_line", "input_sha256", "input_bytes")
+        assert [getattr(s, f) for f in fields] == [getattr(p, f) for f in fields]
+        assert s.chunk_key == chunking.chunk_key(
+            "web", s.chunk_index, str(path), s.first_line, s.input_sha256
+        )
+    assert _plan(path, chunk_size) == (sha, specs)
+
+
+@pytest.mark.parametrize(("name", "fmt"), _COMPRESSED)
+def test_corrupt_compressed_file_stays_one_chunk(tmp_path: Path, name: str, fmt: Format) -> None:
+    """Planning does not fail on a stream that does not decompress: its worker says what is
+    wrong with it (the chunk goes DEAD with the corrupt-stream message)."""
+    data = _compress(fmt, _lines(2000))[:-40] + b"garbage!" * 5
+    path = _touch(tmp_path / name, data)
+    (s,) = chunking.plan_file(str(path), fmt, 100)[1]
+    assert not s.is_slice and s.input_sha256 == hashlib.sha256(data).hexdigest()
 
 
 def test_empty_compressed_file_has_no_chunks(tmp_path: Path) -> None:

@@ -510,6 +510,72 @@ def test_a_compression_bomb_is_refused_without_being_held(
     assert grew < 64 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
 
 
+# --- slices of a large compressed file (issue 14, item 5) ----------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_slices_of_a_compressed_file_read_as_its_text(tmp_path: Path, fmt: str) -> None:
+    data = _jsonl(0, 3000)
+    plain = _write(tmp_path / "t.jsonl", data)
+    path = _write(tmp_path / f"t.jsonl.{fmt}", _compress(fmt, data))
+    specs = _specs(path, 5000)
+    assert len(specs) > 10 and all(s.is_slice for s in specs)
+    rows, _ = _read(path, 5000)
+    want, _ = _read(plain, 5000)
+    strip = ("source_line", "id", "text", "meta")
+    assert [[r[k] for k in strip] for r in rows] == [[r[k] for k in strip] for r in want]
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_a_slice_of_a_changed_compressed_file_is_refused(tmp_path: Path, fmt: str) -> None:
+    data = _jsonl(0, 3000)
+    path = _write(tmp_path / f"t.jsonl.{fmt}", _compress(fmt, data))
+    specs = _specs(path, 5000)
+    _write(path, _compress(fmt, data.replace(b'"doc 2999"', b'"doc 2998"')))
+    assert io.read_chunk(specs[0]).table().num_rows > 0  # the text before the change is the same
+    with pytest.raises(PermanentChunkError, match="changed after it was planned"):
+        io.read_chunk(specs[-1])
+    _write(path, _compress(fmt, data[: len(data) // 2]))  # cut short: the last slice is gone
+    with pytest.raises(PermanentChunkError, match="changed after it was planned"):
+        io.read_chunk(specs[-1])
+
+
+_SLICE_READ = """
+import resource, sys
+from lakecurate.ingest import chunking, reader as io
+
+path = sys.argv[1]
+specs = chunking.plan_file(path, chunking.detect_format(path), 4 << 20)[1]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rows = io.read_chunk(specs[-1]).table().num_rows
+print("slices", len(specs), "rows", rows)
+print("grew", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_reading_the_last_slice_holds_only_that_slice(tmp_path: Path, fmt: str) -> None:
+    """128 MiB of text in 4 MiB slices: the last one is found by decompressing the text before
+    it, none of which is held."""
+    block = json.dumps({"text": "a" * 1000}).encode() + b"\n"
+    member = _compress(fmt, block * ((16 << 20) // len(block)))
+    path = tmp_path / f"big.jsonl.{fmt}"
+    with path.open("wb") as f:
+        for _ in range(8):
+            f.write(member)
+    done = subprocess.run(
+        [sys.executable, "-c", _SLICE_READ, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    slices = int(done.stdout.split("slices ", 1)[1].split()[0])
+    assert slices >= 30, done.stdout
+    grew = int(done.stdout.rsplit("grew ", 1)[1])
+    assert grew < 48 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
+
+
 # --- Parquet columns of any Arrow type, without pandas (D19) -------------------------------------
 
 NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456789, sub-microsecond
