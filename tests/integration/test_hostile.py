@@ -757,14 +757,19 @@ print("largest process", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss 
 
 @pytest.mark.parametrize("fmt", ["gz", "zst"])
 def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path, fmt: str) -> None:
-    """2 GiB of 1 KB lines in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB;
-    past ``max_compressed_chunk_bytes`` the chunk is DEAD on its first attempt, and no process
-    of the run grows with the decompressed size."""
-    line = _ok("a" * 1000) + b"\n"
-    block = line * ((64 << 20) // len(line))
+    """2 GiB in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB. Lines are cut
+    into chunks of ``chunk_size`` now, so the bomb is one endless line: past
+    ``max_compressed_chunk_bytes`` its chunk is DEAD on its first attempt, and no process of the
+    run (the planner reads the whole stream) grows with the decompressed size."""
+    block = b"a" * (64 << 20)
     member = gzip.compress(block, mtime=0) if fmt == "gz" else zstandard.compress(block)
     bomb = tmp_path / f"bomb.jsonl.{fmt}"
     with bomb.open("wb") as f:
+        f.write(
+            gzip.compress(b'{"text": "', mtime=0)
+            if fmt == "gz"
+            else zstandard.compress(b'{"text": "')
+        )
         for _ in range(32):  # members / frames concatenate into one 2 GiB stream
             f.write(member)
     assert bomb.stat().st_size < 5 << 20
