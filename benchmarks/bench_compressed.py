@@ -1,4 +1,4 @@
-"""A large compressed shard as many chunks: worker memory, and what a kill inside it costs (issue 14).
+"""A large compressed shard as many chunks: worker memory, what a kill inside it costs (issue 14).
 
 Run: /work/venv/bin/python benchmarks/bench_compressed.py [--mb 2000] [--chunk-mb 256]
      [--workers 2] [--out benchmarks/results/bench_compressed.json]
@@ -41,7 +41,8 @@ from pathlib import Path
 from lakecurate.api import Lake
 
 if __name__ == "__main__":
-    data, lake, cfg, workers = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
+    data, lake, cfg = (Path(a) for a in sys.argv[1:4])
+    workers = int(sys.argv[4])
     started = time.perf_counter()
     report = Lake.open(lake).ingest([data], config=cfg, workers=workers)
     peak = lambda who: round(resource.getrusage(who).ru_maxrss / 1024)
@@ -72,6 +73,7 @@ def ingest(data: Path, lake: Path, cfg: Path, workers: int, fault: str = "") -> 
         env["LAKECURATE_FAULT"] = fault
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(data), str(lake), str(cfg), str(workers)],
+        check=False,
         capture_output=True,
         text=True,
         env=env,
@@ -87,10 +89,14 @@ def ingest(data: Path, lake: Path, cfg: Path, workers: int, fault: str = "") -> 
 def table_rows(lake: Path) -> list[tuple[object, ...]]:
     from lakecurate.api import Lake
 
-    return Lake.open(lake).sql(
-        "SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of, text "
-        "FROM documents ORDER BY chunk_key, source_line"
-    ).rows
+    return (
+        Lake.open(lake)
+        .sql(
+            "SELECT chunk_key, source_line, id, content_hash, kept, reason, dup_of, text "
+            "FROM documents ORDER BY chunk_key, source_line"
+        )
+        .rows
+    )
 
 
 def main() -> None:
@@ -126,9 +132,11 @@ def main() -> None:
                 resumed = ingest(data, killed, cfg, args.workers)
                 from lakecurate.api import Lake
 
-                attempts = Lake.open(killed).sql(
-                    "SELECT chunk_key, attempts FROM chunks ORDER BY chunk_key"
-                ).rows
+                attempts = (
+                    Lake.open(killed)
+                    .sql("SELECT chunk_key, attempts FROM chunks ORDER BY chunk_key")
+                    .rows
+                )
                 result["kill"] = {
                     "killed_when_starting_chunk": middle,
                     "resumed": resumed,
