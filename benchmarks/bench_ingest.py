@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve()
 REPO = HERE.parents[1]
 DEFAULT_CORPUS = HERE.parents[2] / "shared" / "data" / "real"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "bench_ingest.json"
-READABLE_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl", ".parquet")  # lakecurate.ingest.chunking
+READABLE_SUFFIXES = (".jsonl.gz", ".jsonl.zst", ".jsonl", ".parquet")  # lakecurate.ingest.cutting
 SKIP_TARGET_SECONDS = 0.2
 
 
@@ -726,7 +726,7 @@ def build_one_file(path: Path, files: list[str], n_chunks: int, chunk_size: int)
     """One JSONL file that lakecurate cuts into exactly ``n_chunks`` chunks of ``chunk_size``.
 
     lakecurate ends a chunk at the first newline at or after ``chunk_size`` bytes from its start
-    (``chunking._plan_jsonl``); we count chunks with the same rule while writing.
+    (``cutting._plan_jsonl``); we count chunks with the same rule while writing.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     need = n_chunks * chunk_size

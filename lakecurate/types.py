@@ -121,9 +121,20 @@ class FinaliseOrder:
 
 
 @dataclass(frozen=True)
+class PlanOrder:
+    """An input for a worker to read and cut into chunks (``ingest.cutting.plan_file``): the
+    driver only lists and stats inputs, so planning runs beside processing (issue 14)."""
+
+    path: str
+    format: Format
+    chunk_size: int
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """How one attempt at a chunk (or at its finalise) ended, as an executor reports it to
-    the scheduler: a ``result`` (``files``), or an ``error`` (with ``why`` when the cause is
+    """How one attempt at a chunk (or at its finalise, or at planning an input: ``key`` is then
+    the input's path) ended, as an executor reports it to the scheduler: a ``result``
+    (``files``, ``cut``), or an ``error`` (with ``why`` when the cause is
     known better than the exception says, e.g. the signal its worker died of), or
     ``blameless``: it did not run to the end through no fault of its own (another worker's
     death broke the pool), so it runs again without using up an attempt."""
@@ -135,3 +146,5 @@ class Outcome:
     blameless: bool = False
     finalise: bool = False  # the attempt was a FinaliseOrder's, not a chunk's processing
     files: list[DataFile] | None = None  # what a finalise wrote
+    planning: bool = False  # the attempt was a PlanOrder's
+    cut: tuple[str, list[ChunkSpec]] | None = None  # what planning found: source sha256, chunks

@@ -302,14 +302,14 @@ def run_chunk(
     import pyarrow.parquet as pq
 
     from lakecurate import config
-    from lakecurate.ingest import chunking, worker
+    from lakecurate.ingest import cutting, worker
     from lakecurate.types import Format, WorkOrder
 
     path = tmp_path / "in.jsonl"
     path.write_text(
         "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(texts))
     )
-    (spec,) = chunking.plan_file(str(path), Format.JSONL, 1 << 30)[1]
+    (spec,) = cutting.plan_file(str(path), Format.JSONL, 1 << 30)[1]
     cfg = config.from_dict(data)
     staging = tmp_path / "staging"
     staging.mkdir(exist_ok=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakecurate.errors import InputError
-from lakecurate.ingest.chunking import SKIP_EMPTY, SKIP_HIDDEN, SKIP_UNSUPPORTED, Inputs, plan_file
+from lakecurate.ingest.chunking import SKIP_EMPTY, SKIP_HIDDEN, SKIP_UNSUPPORTED, Inputs
+from lakecurate.ingest.cutting import plan_file
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkSpec, Format, Status

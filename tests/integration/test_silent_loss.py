@@ -22,7 +22,7 @@ import zstandard
 from helpers import PROSE, run_lakecurate
 
 from lakecurate import Lake
-from lakecurate.ingest import chunking
+from lakecurate.ingest import cutting
 from lakecurate.types import Format
 
 CONFIG = "[ingest]\nmax_attempts = 1\nretry_backoff = 0.05\n"
@@ -123,9 +123,9 @@ def test_chunk_keys_of_the_formats_read_before_are_unchanged(tmp_path: Path, fmt
         pq.write_table(pa.table({"text": ["a", "b"]}), path)
     else:
         _write(path, _jsonl(_records(2)))
-    _, specs = chunking.plan_file(str(path), fmt, 1 << 30)
+    _, specs = cutting.plan_file(str(path), fmt, 1 << 30)
     (spec,) = specs
-    assert spec.chunk_key == chunking.chunk_key("web", 0, str(path), 1, spec.input_sha256)
+    assert spec.chunk_key == cutting.chunk_key("web", 0, str(path), 1, spec.input_sha256)
 
 
 def test_a_truncated_bz2_or_xz_file_is_dead_with_its_format_named(tmp_path: Path) -> None:

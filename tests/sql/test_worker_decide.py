@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakecurate.ingest import chunking, worker
+from lakecurate.ingest import cutting, worker
 from lakecurate.ingest import staging as staged_file
 from lakecurate.schema import DOCUMENT_SCHEMA
 from lakecurate.types import ChunkResult, ChunkSpec, Format, WorkOrder
@@ -27,7 +27,7 @@ def _line(text: object, doc_id: object = None, **meta: object) -> bytes:
 
 
 def _plan(path: Path, chunk_size: int = 1 << 30) -> list[ChunkSpec]:
-    return chunking.plan_file(str(path), Format.JSONL, chunk_size)[1]
+    return cutting.plan_file(str(path), Format.JSONL, chunk_size)[1]
 
 
 def _process(

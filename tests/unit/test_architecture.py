@@ -46,8 +46,13 @@ ALLOWED: dict[str, set[str]] = {
 }
 WORKER_SIDE = {"lakecurate.ingest.worker", "lakecurate.ingest.reader"}
 """Code that runs in worker processes: it may import only steps, BASE and WORKER_SHARED."""
-WORKER_SHARED = {"lakecurate.ingest.staging", "lakecurate.ingest.digest", "lakecurate.lake.files"}
-"""Vocabulary of both sides of ingest (the staged file, a chunk's digest) and the one lake
+WORKER_SHARED = {
+    "lakecurate.ingest.staging",
+    "lakecurate.ingest.digest",
+    "lakecurate.ingest.cutting",
+    "lakecurate.lake.files",
+}
+"""Vocabulary of both sides of ingest (the staged file, a chunk's digest, how inputs are cut) and the one lake
 module a worker uses: it writes data files, never the Delta log."""
 WORKER_DOOR = "lakecurate.ingest.executor"
 """The one driver module that imports worker code: it ships work to the workers."""

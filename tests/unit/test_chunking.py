@@ -15,7 +15,7 @@ import pytest
 import zstandard
 
 from lakecurate.errors import InputError
-from lakecurate.ingest import chunking
+from lakecurate.ingest import chunking, cutting
 from lakecurate.types import ChunkSpec, Format
 
 KEY = re.compile(r"^(?P<stem>[A-Za-z0-9._-]+)_(?P<index>\d{5})_(?P<hex>[0-9a-f]{8})$")
@@ -38,7 +38,7 @@ def _lines(n: int, seed: int = 1) -> bytes:
 def _plan(path: Path, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
     fmt = chunking.detect_format(str(path))
     assert fmt is not None
-    return chunking.plan_file(str(path), fmt, chunk_size)
+    return cutting.plan_file(str(path), fmt, chunk_size)
 
 
 def _check_jsonl(path: Path, sha: str, specs: list[ChunkSpec], chunk_size: int) -> None:
@@ -66,7 +66,7 @@ def _check_jsonl(path: Path, sha: str, specs: list[ChunkSpec], chunk_size: int) 
         assert s.first_line == data[: s.byte_start].count(b"\n") + 1
         assert s.input_bytes == len(piece)
         assert s.input_sha256 == hashlib.sha256(piece).hexdigest()
-        assert s.chunk_key == chunking.chunk_key(stem, i, str(path), s.first_line, s.input_sha256)
+        assert s.chunk_key == cutting.chunk_key(stem, i, str(path), s.first_line, s.input_sha256)
         assert s.row_group_start is None
         assert s.row_group_end is None
 
@@ -274,7 +274,7 @@ def test_unsafe_characters_in_the_stem_are_replaced(tmp_path: Path) -> None:
     assert m is not None
     assert m.group("stem") == "my_data_v2_"
     assert m.group("index") == "00000"
-    assert specs[0].chunk_key == chunking.chunk_key(
+    assert specs[0].chunk_key == cutting.chunk_key(
         "my_data_v2_", 0, str(path), 1, specs[0].input_sha256
     )
 
@@ -296,7 +296,7 @@ def test_compressed_jsonl_that_fits_is_one_chunk_named_by_the_file(
     raw = _lines(2000)
     data = _compress(fmt, raw)
     path = _touch(tmp_path / name, data)
-    sha, specs = chunking.plan_file(str(path), fmt, len(raw))  # the text fits exactly
+    sha, specs = cutting.plan_file(str(path), fmt, len(raw))  # the text fits exactly
     digest = hashlib.sha256(data).hexdigest()
     assert sha == digest
     (s,) = specs
@@ -304,7 +304,7 @@ def test_compressed_jsonl_that_fits_is_one_chunk_named_by_the_file(
     assert (s.byte_start, s.byte_end, s.input_bytes) == (0, len(data), len(data))
     assert (s.first_line, s.chunk_index) == (1, 0)
     assert s.input_sha256 == s.source_sha256 == digest
-    assert s.chunk_key == chunking.chunk_key("web", 0, str(path), 1, digest)  # as it always was
+    assert s.chunk_key == cutting.chunk_key("web", 0, str(path), 1, digest)  # as it always was
 
 
 @pytest.mark.parametrize(("name", "fmt"), _COMPRESSED)
@@ -316,15 +316,15 @@ def test_larger_compressed_jsonl_is_cut_like_its_text(
     raw = _lines(2000)
     plain = _touch(tmp_path / "plain" / "web.jsonl", raw)
     path = _touch(tmp_path / name, _compress(fmt, raw))
-    sha, specs = chunking.plan_file(str(path), fmt, chunk_size)
-    plain_sha, plain_specs = chunking.plan_file(str(plain), Format.JSONL, chunk_size)
+    sha, specs = cutting.plan_file(str(path), fmt, chunk_size)
+    plain_sha, plain_specs = cutting.plan_file(str(plain), Format.JSONL, chunk_size)
     assert len(specs) == len(plain_specs) > 1
     assert sha == plain_sha  # the pieces' digests, in order
     for s, p in zip(specs, plain_specs, strict=True):
         assert s.is_slice and s.format is fmt and s.source_sha256 == sha
         fields = ("byte_start", "byte_end", "first_line", "input_sha256", "input_bytes")
         assert [getattr(s, f) for f in fields] == [getattr(p, f) for f in fields]
-        assert s.chunk_key == chunking.chunk_key(
+        assert s.chunk_key == cutting.chunk_key(
             "web", s.chunk_index, str(path), s.first_line, s.input_sha256
         )
     assert _plan(path, chunk_size) == (sha, specs)
@@ -336,7 +336,7 @@ def test_corrupt_compressed_file_stays_one_chunk(tmp_path: Path, name: str, fmt:
     wrong with it (the chunk goes DEAD with the corrupt-stream message)."""
     data = _compress(fmt, _lines(2000))[:-40] + b"garbage!" * 5
     path = _touch(tmp_path / name, data)
-    (s,) = chunking.plan_file(str(path), fmt, 100)[1]
+    (s,) = cutting.plan_file(str(path), fmt, 100)[1]
     assert not s.is_slice and s.input_sha256 == hashlib.sha256(data).hexdigest()
 
 
@@ -373,7 +373,7 @@ def _check_parquet(path: Path, sha: str, specs: list[ChunkSpec]) -> None:
         assert s.source_sha256 == sha
         assert s.byte_start is None
         assert s.input_bytes > 0
-        assert s.chunk_key == chunking.chunk_key(
+        assert s.chunk_key == cutting.chunk_key(
             path.name[: -len(".parquet")], i, str(path), s.first_line, s.input_sha256
         )
     assert rows_before == md.num_rows

@@ -37,7 +37,7 @@ from lakecurate.errors import (
     chunk_failure,
     disk_full,
 )
-from lakecurate.ingest.chunking import plan_file
+from lakecurate.ingest.cutting import plan_file
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.lake.delta import open_table
 from lakecurate.lake.lock import LakeLock

@@ -19,7 +19,7 @@ import pytest
 import zstandard
 
 from lakecurate.errors import PermanentChunkError
-from lakecurate.ingest import chunking
+from lakecurate.ingest import chunking, cutting
 from lakecurate.ingest import reader as io
 from lakecurate.types import ChunkSpec
 
@@ -29,7 +29,7 @@ OK = b'{"id": "ok", "text": "fine"}'
 def _specs(path: Path, chunk_size: int = 1 << 30) -> list[ChunkSpec]:
     fmt = chunking.detect_format(str(path))
     assert fmt is not None
-    return chunking.plan_file(str(path), fmt, chunk_size)[1]
+    return cutting.plan_file(str(path), fmt, chunk_size)[1]
 
 
 def _read(path: Path, chunk_size: int = 1 << 30) -> tuple[list[dict[str, Any]], int]:
@@ -465,11 +465,11 @@ def test_compressed_chunk_past_the_limit_is_a_permanent_error(tmp_path: Path, fm
 
 _BOUNDED_READ = """
 import resource, sys
-from lakecurate.ingest import chunking, reader as io
+from lakecurate.ingest import chunking, cutting, reader as io
 from lakecurate.errors import PermanentChunkError
 
 path = sys.argv[1]
-(spec,) = chunking.plan_file(path, chunking.detect_format(path), 1 << 30)[1]
+(spec,) = cutting.plan_file(path, chunking.detect_format(path), 1 << 30)[1]
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     io.read_chunk(spec, 4 << 20)
@@ -542,10 +542,10 @@ def test_a_slice_of_a_changed_compressed_file_is_refused(tmp_path: Path, fmt: st
 
 _SLICE_READ = """
 import resource, sys
-from lakecurate.ingest import chunking, reader as io
+from lakecurate.ingest import chunking, cutting, reader as io
 
 path = sys.argv[1]
-specs = chunking.plan_file(path, chunking.detect_format(path), 4 << 20)[1]
+specs = cutting.plan_file(path, chunking.detect_format(path), 4 << 20)[1]
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 rows = io.read_chunk(specs[-1]).table().num_rows
 print("slices", len(specs), "rows", rows)
