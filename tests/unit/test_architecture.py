@@ -52,8 +52,8 @@ WORKER_SHARED = {
     "lakecurate.ingest.cutting",
     "lakecurate.lake.files",
 }
-"""Vocabulary of both sides of ingest (the staged file, a chunk's digest, how inputs are cut) and the one lake
-module a worker uses: it writes data files, never the Delta log."""
+"""Vocabulary of both sides of ingest (the staged file, a chunk's digest, how inputs are cut)
+and the one lake module a worker uses: it writes data files, never the Delta log."""
 WORKER_DOOR = "lakecurate.ingest.executor"
 """The one driver module that imports worker code: it ships work to the workers."""
 # Names the package __init__ defines itself (not re-exported from a submodule).
