@@ -8,7 +8,8 @@ OOM killer takes one worker), ``hang`` (SIGSTOP this process: frozen, no heartbe
 second: slows a run down so a test can watch it from outside); ``match`` restricts the rule to
 keys containing that text. Unset, every call is a dictionary lookup and nothing else.
 
-Points: ``worker_start`` (a worker process starts), ``worker`` (a worker starts a chunk),
+Points: ``worker_start`` (a worker process starts), ``plan`` (a worker starts reading an input to
+cut it into chunks), ``worker`` (a worker starts a chunk),
 ``staged_write`` (the staged Parquet temp file is written, not yet renamed), ``index_ahead`` (a
 chunk decided, its index rows written ahead of its group's Delta commit), ``before_delta_commit``
 (intents recorded, Delta not yet written), ``delta_write`` (a worker writing a chunk's data

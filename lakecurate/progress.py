@@ -8,9 +8,14 @@ from typing import Protocol
 class Reporter(Protocol):
     """Receives the events of a long operation."""
 
-    def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None: ...
+    def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None:
+        """An input's chunks are known: ``done`` of ``total`` inputs (``was_read``: it was
+        read now, not vouched for by the stat cache)."""
+        ...
 
-    def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None: ...
+    def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None:
+        """The chunks known so far, and those to do; called again as inputs are cut."""
+        ...
 
     def chunk_done(
         self, chunk_key: str, input_bytes: int, rows_in: int, rows_kept: int

@@ -167,19 +167,24 @@ class RichReporter:
         self.partial = 0.0, 0.0  # chunks and bytes done of those being worked on
 
     def file_planned(self, path: str, done: int, total: int, was_read: bool) -> None:
+        """Inputs are cut by the workers while chunks run: a bar of its own until all are."""
         if not self.enabled:
             return
-        if self.plan_task is None:
+        if self.plan_task is None and done < total:
             self.progress.start()
-            self.plan_task = self.progress.add_task("plan", total=total, rate="hashing inputs")
-        self.progress.update(self.plan_task, completed=done)
+            self.plan_task = self.progress.add_task("plan", total=total, rate="cutting inputs")
+        if self.plan_task is not None:
+            self.progress.update(self.plan_task, completed=done)
+            if done >= total:
+                self.progress.remove_task(self.plan_task)
+                self.plan_task = None
 
     def planned(self, chunks_total: int, chunks_todo: int, bytes_todo: int) -> None:
-        if self.plan_task is not None:
-            self.progress.remove_task(self.plan_task)
-            self.plan_task = None
+        """Called again as inputs are cut: the bar's total grows."""
         self.total = chunks_todo
-        if chunks_todo:
+        if self.task is not None:
+            self.progress.update(self.task, total=chunks_todo)
+        elif chunks_todo:
             self.progress.start()
             self.task = self.progress.add_task("ingest", total=chunks_todo, rate="")
 

@@ -81,6 +81,12 @@ def chunk_key(stem: str, index: int, path: str, first_line: int, digest: str) ->
     return f"{stem}_{index:05d}_{identity[:8]}"
 
 
+def key_prefix(path: str) -> str:
+    """What every chunk key of ``path`` starts with: the driver may decide a chunk whose key
+    sorts before it while ``path`` is still being planned (its chunks all come later)."""
+    return _stem(path) + "_"
+
+
 def _stem(path: str) -> str:
     name = os.path.basename(path)
     found = _suffix(name)

@@ -1,7 +1,7 @@
 """Where workers run. ``local``: a pool of processes (Python UDFs hold the GIL, so processes, not
 threads), started with ``spawn`` because deltalake panics in a forked child. It implements the
-scheduler's ``Executor`` protocol (``ingest.scheduler``): submit a chunk or a decided chunk's
-finalise, collect outcomes, watch.
+scheduler's ``Executor`` protocol (``ingest.scheduler``): submit a chunk, a decided chunk's
+finalise or an input to plan, collect outcomes, watch.
 
 Each worker process beats: while it works on a chunk, a daemon thread sends ``(chunk_key, pid)``
 to the driver every ``BEAT_SECONDS``. A stopped, frozen or GIL-starved process stops beating,
@@ -24,8 +24,8 @@ from typing import Any
 
 from lakecurate import faults
 from lakecurate.errors import WorkerStartError
-from lakecurate.ingest.worker import finalise_chunk, process_chunk, progress
-from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
+from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk, progress
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
 BEAT_SECONDS = 1.0
 STILLBORN_POOLS = 3
@@ -53,24 +53,35 @@ def _beat_forever() -> None:
     while True:
         key = _current
         if key is not None:
-            done = 0.0 if key.endswith(FINALISE) else progress.fraction()
+            done = progress.fraction() if _is_chunk(key) else 0.0
             _beats.put((key, os.getpid(), _started, done))
         time.sleep(BEAT_SECONDS)
 
 
 FINALISE = "\0finalise"
 """Appended to a chunk key: the task id of that chunk's finalise (no file name has a NUL)."""
+PLAN = "\0plan"
+"""Appended to an input's path: the task id of its planning."""
+
+Order = WorkOrder | FinaliseOrder | PlanOrder
 
 
-def _run(task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) -> Any:
-    """A chunk's processing or its finalise, with the heartbeat on: the first beat goes out
-    before any work."""
+def _is_chunk(task: str) -> bool:
+    """A chunk's processing (whose beats carry progress and go into the state)."""
+    return "\0" not in task
+
+
+def _run(task: str, spec: ChunkSpec | None, order: Order) -> Any:
+    """A chunk's processing, its finalise or an input's planning, with the heartbeat on: the
+    first beat goes out before any work."""
     global _current, _started  # noqa: PLW0603
     _current, _started = task, time.monotonic()  # one clock for all processes
     _beats.put((task, os.getpid(), _started, 0.0))
     try:
         if isinstance(order, FinaliseOrder):
             return finalise_chunk(order)
+        if isinstance(order, PlanOrder):
+            return plan_input(order)
         assert spec is not None
         return process_chunk(spec, order)
     finally:
@@ -78,7 +89,10 @@ def _run(task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) ->
 
 
 def _outcome(task: str, **fields: Any) -> Outcome:
-    """The outcome of task ``task`` (a chunk key, or a finalise's)."""
+    """The outcome of task ``task`` (a chunk key, a finalise's or a planning's)."""
+    if task.endswith(PLAN):
+        cut = fields.pop("result", None)
+        return Outcome(task.removesuffix(PLAN), planning=True, cut=cut, **fields)
     if task.endswith(FINALISE):
         files = fields.pop("result", None)
         return Outcome(task.removesuffix(FINALISE), finalise=True, files=files, **fields)
@@ -129,7 +143,10 @@ class LocalExecutor:
     def finalise(self, order: FinaliseOrder) -> None:
         self._submit(order.chunk_key + FINALISE, None, order)
 
-    def _submit(self, task: str, spec: ChunkSpec | None, order: WorkOrder | FinaliseOrder) -> None:
+    def plan(self, order: PlanOrder) -> None:
+        self._submit(order.path + PLAN, None, order)
+
+    def _submit(self, task: str, spec: ChunkSpec | None, order: Order) -> None:
         try:
             future = self._ensure().submit(_run, task, spec, order)
         except BrokenProcessPool:  # broke since the last collect: not this task's fault
@@ -143,7 +160,7 @@ class LocalExecutor:
         return len(self._futures) + len(self._blameless)
 
     def started(self) -> list[str]:
-        return [k for k in self._futures.values() if k in self.running and FINALISE not in k]
+        return [k for k in self._futures.values() if k in self.running and _is_chunk(k)]
 
     def progress(self) -> dict[str, float]:
         return {k: self.running[k].done for k in self.started()}

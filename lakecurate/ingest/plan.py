@@ -1,22 +1,29 @@
-"""Turn the inputs of an ingest into the list of chunks it must have, reading as little as possible.
+"""Turn the inputs of an ingest into the chunks it must have, reading as little as possible.
 
-The stat cache (path, size, mtime_ns, inode -> sha256 and chunk list) means an unchanged input is
-not read at all on a resume; ``verify`` re-reads and re-hashes everything.
+The driver only lists and stats inputs (``make_plan``): the stat cache (path, size, mtime_ns,
+inode -> sha256 and chunk list) vouches for an unchanged input, which is not read at all; every
+other input is *pending*, read and cut by a worker (``PlanOrder``) while the chunks already known
+are processed, and joins the plan when its cut comes back (``Planner.cut``). ``verify``
+re-reads and re-hashes everything.
+
+Decisions stay in chunk-key order however the cuts arrive: the scheduler decides no chunk whose
+key sorts at or after ``Planner.barrier()``, the first key a pending input could still have; and
+none at all while a pending input had chunks in the lake (its changed chunks must leave the
+lake, and what pointed at them be decided again, before anything is decided against it).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakecurate.errors import InputError
 from lakecurate.ingest.chunking import SKIP_EMPTY, SKIP_HIDDEN, SKIP_UNSUPPORTED, Inputs
-from lakecurate.ingest.cutting import plan_file
+from lakecurate.ingest.cutting import key_prefix
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
-from lakecurate.types import ChunkSpec, Format, Status
+from lakecurate.types import ChunkSpec, Format, PlanOrder, Status
 
 
 @dataclass
@@ -31,6 +38,25 @@ class SourceRecord:
 
 
 @dataclass
+class Pending:
+    """An input the stat cache cannot vouch for: a worker reads and cuts it."""
+
+    path: str
+    format: Format
+    stat: os.stat_result
+    old: list[tuple[ChunkSpec, Status]]  # every chunk ever planned from it
+
+    @property
+    def prefix(self) -> str:
+        return key_prefix(self.path)
+
+    @property
+    def replaces(self) -> bool:
+        """It has chunks that may be in the lake: they may have to leave it first."""
+        return any(status is not Status.SUPERSEDED for _, status in self.old)
+
+
+@dataclass
 class Plan:
     """The chunks an ingest must have, and what changed since the last one."""
 
@@ -39,12 +65,51 @@ class Plan:
     sources: list[SourceRecord] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)  # committed chunks whose input changed
     retired: list[str] = field(default_factory=list)  # uncommitted chunks whose input changed
+    pending: list[Pending] = field(default_factory=list)  # to be read and cut by a worker
     file_errors: list[str] = field(default_factory=list)
     files: int = 0
     files_read: int = 0
     bytes_read: int = 0
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, list[str]] = field(default_factory=dict)  # by kind: chunking.SKIP_*
+    seen_keys: dict[str, str] = field(default_factory=dict)  # chunk key -> the file it is from
+
+    def add(
+        self,
+        path: str,
+        old: list[tuple[ChunkSpec, Status]],
+        specs: list[ChunkSpec],
+        source: SourceRecord | None,
+    ) -> Plan:
+        """One file's chunks join the plan (``source``: it was read now, to be recorded);
+        returns what that changed, as a plan of its own."""
+        delta = Plan()
+        if source is not None:
+            self.files_read += 1
+            self.bytes_read += source.stat.st_size
+            delta.sources.append(source)
+        new_keys = {s.chunk_key for s in specs}
+        for spec, status in old:
+            if spec.chunk_key in new_keys or status is Status.SUPERSEDED:
+                continue
+            (delta.superseded if status is Status.SUCCESS else delta.retired).append(spec.chunk_key)
+        for spec in specs:
+            if spec.chunk_key in self.seen_keys:
+                self.notes.append(
+                    f"{path}: chunk {spec.chunk_key} has the same bytes as one of "
+                    f"{self.seen_keys[spec.chunk_key]}; ingested once"
+                )
+                continue
+            self.seen_keys[spec.chunk_key] = path
+            delta.specs.append(spec)
+            if source is not None:
+                delta.fresh.append(spec)
+        self.specs += delta.specs
+        self.fresh += delta.fresh
+        self.sources += delta.sources
+        self.superseded += delta.superseded
+        self.retired += delta.retired
+        return delta
 
 
 def make_plan(
@@ -54,7 +119,8 @@ def make_plan(
     verify: bool = False,
     reporter: Reporter | None = None,
 ) -> Plan:
-    """Discover inputs and cut them into chunks, trusting the stat cache unless ``verify``.
+    """List and stat the inputs: the chunks the stat cache vouches for (unless ``verify``),
+    and the inputs to read (``Plan.pending``). Nothing is read here.
 
     A folder input is mirrored: files that left it (removed, renamed) have their committed
     chunks superseded, as a clean run of the folder as it is now would not have them.
@@ -65,7 +131,6 @@ def make_plan(
         notes=list(inputs.notes),
         skipped={k: list(v) for k, v in inputs.skipped.items()},
     )
-    seen_keys: dict[str, str] = {}
     found = inputs.files
     paths = [p for p, _ in found]
     cache = state.cached_sources(paths)
@@ -79,46 +144,73 @@ def make_plan(
         except OSError as exc:
             plan.file_errors.append(f"{path}: cannot stat ({exc.strerror})")
             continue
+        if st.st_size == 0 and fmt is not Format.PARQUET:  # said on every run, not hidden
+            plan.skipped.setdefault(SKIP_EMPTY, []).append(path)
         old = known.get(path, [])
         cached = cache.get(path)
-        specs: list[ChunkSpec] | None = None
         if (
             not verify
             and cached is not None
             and cached[:3] == (st.st_size, st.st_mtime_ns, st.st_ino)
             and cached[4] == chunk_size
         ):
-            specs = [s for s, _ in old if s.source_sha256 == cached[3]]
-        fresh = specs is None
-        if specs is None:
-            try:
-                sha, specs = plan_file(path, fmt, chunk_size)
-            except InputError as exc:
-                plan.file_errors.append(str(exc))
-                continue
-            plan.files_read += 1
-            plan.bytes_read += st.st_size
-            plan.sources.append(SourceRecord(path, fmt, st, sha, chunk_size))
-        if st.st_size == 0 and fmt is not Format.PARQUET:  # said on every run, not hidden
-            plan.skipped.setdefault(SKIP_EMPTY, []).append(path)
-        reporter.file_planned(path, plan.files, len(found), fresh)
-        new_keys = {s.chunk_key for s in specs}
-        for spec, status in old:
-            if spec.chunk_key in new_keys or status is Status.SUPERSEDED:
-                continue
-            (plan.superseded if status is Status.SUCCESS else plan.retired).append(spec.chunk_key)
-        for spec in specs:
-            if spec.chunk_key in seen_keys:
-                plan.notes.append(
-                    f"{path}: chunk {spec.chunk_key} has the same bytes as one of "
-                    f"{seen_keys[spec.chunk_key]}; ingested once"
-                )
-                continue
-            seen_keys[spec.chunk_key] = path
-            plan.specs.append(spec)
-            if fresh:
-                plan.fresh.append(spec)
+            plan.add(path, old, [s for s, _ in old if s.source_sha256 == cached[3]], None)
+            reporter.file_planned(path, plan.files - len(plan.pending), len(found), False)
+        else:
+            plan.pending.append(Pending(path, fmt, st, old))
+    plan.pending.sort(key=lambda p: (p.prefix, p.path))  # the order the frontier needs them
     return plan
+
+
+class Planner:
+    """The pending inputs of one ingest, as their cuts come back from the workers: each joins
+    the plan and the state (its stat cache and chunks in one transaction), and what it
+    replaces leaves the lake (``supersede``: committed chunks; the state: uncommitted ones)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        chunk_size: int,
+        state: StateStore,
+        supersede: Callable[[Sequence[str]], int],
+        run_id: str,
+        reporter: Reporter,
+    ) -> None:
+        self.plan, self.chunk_size, self.state = plan, chunk_size, state
+        self.supersede, self.run_id, self.reporter = supersede, run_id, reporter
+        self.unsent = list(plan.pending)  # in key order: not handed to a worker yet
+        self.unplanned = {p.path: p for p in plan.pending}  # not back yet
+        self.formats = {p.path: p.format for p in plan.pending}
+        self.rows_superseded = 0
+        self.total = plan.files
+
+    def order(self, path: str) -> PlanOrder:
+        """What a worker needs to plan ``path``."""
+        return PlanOrder(path, self.formats[path], self.chunk_size)
+
+    def barrier(self) -> str | None:
+        """No chunk whose key sorts at or after this may be decided yet (None: any may)."""
+        if any(p.replaces for p in self.unplanned.values()):
+            return ""
+        return min((p.prefix for p in self.unplanned.values()), default=None)
+
+    def cut(self, path: str, sha: str, specs: list[ChunkSpec]) -> list[ChunkSpec]:
+        """A worker's cut of ``path`` joins the plan; returns its chunks still to do (the
+        others were committed by an earlier run, or are DEAD)."""
+        p = self.unplanned.pop(path)
+        source = SourceRecord(path, p.format, p.stat, sha, self.chunk_size)
+        delta = self.plan.add(path, p.old, specs, source)
+        if delta.superseded:  # only an input that had chunks: the barrier held every decision
+            self.rows_superseded += self.supersede(delta.superseded)
+        self.state.mark_superseded(delta.retired, self.run_id)
+        self.state.add_planned(delta.fresh, delta.sources, self.run_id)
+        self.reporter.file_planned(path, self.total - len(self.unplanned), self.total, True)
+        return delta.specs
+
+    def failed(self, path: str, message: str) -> None:
+        """``path`` could not be planned: reported, its chunks in the lake left as they are."""
+        self.unplanned.pop(path)
+        self.plan.file_errors.append(message)
 
 
 def _departed(

@@ -25,7 +25,7 @@ from lakecurate.ingest.chunking import Inputs, skipped_lines
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
 from lakecurate.ingest.malformed import mostly_malformed
-from lakecurate.ingest.plan import make_plan
+from lakecurate.ingest.plan import Planner, make_plan
 from lakecurate.ingest.scheduler import Executor, IngestReport, Scheduler
 from lakecurate.lake.paths import LakePaths
 from lakecurate.progress import NullReporter, Reporter
@@ -171,14 +171,14 @@ def _plan_and_run(
     executor: Callable[[int], Executor],
 ) -> None:
     plan = make_plan(inputs, cfg.ingest.chunk_size, state, verify, reporter)
-    report.files, report.files_read = plan.files, plan.files_read
-    report.file_errors, report.notes = plan.file_errors, report.notes + plan.notes
+    report.files = plan.files
+    report.file_errors = plan.file_errors  # the planner adds the inputs that cannot be read
     report.skipped = skipped_lines(plan.skipped)
     report.chunks_planned = len(plan.specs)
     # Superseded rows leave the table, and the chunks that pointed at them are decided again,
-    # before any new chunk is deduplicated against the lake.
+    # before any new chunk is deduplicated against the lake (a changed input's, when its cut
+    # is back: the planner's barrier holds every decision until then).
     report.rows_superseded = committer.supersede(plan.superseded)
-    report.chunks_redecided = committer.redecided
     state.mark_superseded(plan.retired, report.run_id)
     state.add_planned(plan.fresh, plan.sources, report.run_id)
     state.publish_snapshot(paths.snapshot)
@@ -187,23 +187,39 @@ def _plan_and_run(
     todo = state.todo(list(specs))
     report.chunks_todo = len(todo)
     report.dead = state.dead_in(list(specs))
-    if report.dead:
-        report.notes.append(
-            f"{len(report.dead)} chunk(s) are DEAD from earlier runs; "
-            "`lakecurate retry` re-queues them"
-        )
     reporter.planned(len(plan.specs), len(todo), sum(specs[k].input_bytes for k, _, _ in todo))
-    if not todo:
-        return
-    order = WorkOrder(
-        staging_dir=str(paths.staging),
-        run_id=report.run_id,
-        config_hash=cfg.hash,
-        exact_dedup=cfg.dedup.exact,
-        decisions=committer.config_text,
+    planner = Planner(
+        plan, cfg.ingest.chunk_size, state, committer.supersede, report.run_id, reporter
     )
-    n_workers = workers or cfg.ingest.workers or default_workers()
-    scheduler = Scheduler(
-        state, committer, reporter, report, cfg, order, executor(n_workers), paths.snapshot
-    )
-    scheduler.run([specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
+    died: set[str] = set()  # DEAD in this run
+    if todo or plan.pending:
+        order = WorkOrder(
+            staging_dir=str(paths.staging),
+            run_id=report.run_id,
+            config_hash=cfg.hash,
+            exact_dedup=cfg.dedup.exact,
+            decisions=committer.config_text,
+        )
+        n_workers = workers or cfg.ingest.workers or default_workers()
+        scheduler = Scheduler(
+            state,
+            committer,
+            reporter,
+            report,
+            cfg,
+            order,
+            executor(n_workers),
+            paths.snapshot,
+            planner,
+        )
+        scheduler.run([specs[k] for k, _, _ in todo], {k: a for k, _, a in todo})
+        died = scheduler.dead
+    report.files_read = plan.files_read
+    report.notes += plan.notes
+    report.rows_superseded += planner.rows_superseded
+    report.chunks_redecided = committer.redecided
+    earlier = len({k for k, _ in report.dead} - died)
+    if earlier:
+        report.notes.append(
+            f"{earlier} chunk(s) are DEAD from earlier runs; `lakecurate retry` re-queues them"
+        )

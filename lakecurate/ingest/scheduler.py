@@ -1,6 +1,8 @@
 """The scheduler of one ingest, in named verbs over an ``Executor``.
 
-``submit`` feeds the executor (a chunk whose staged file is already there skips the workers),
+``submit`` feeds the executor (an input to plan while few chunks are known, else a chunk; a chunk
+whose staged file is already there skips the workers), ``planned`` takes an input's cut (its
+chunks join the queue and the commit order),
 ``collect`` takes what finished, ``blame`` records a failed attempt (retried with backoff, DEAD
 after ``max_attempts``, or the run stopped for a full disk), ``retry`` puts a chunk back when its
 backoff is over, and ``commit`` decides the chunks at the frontier in chunk-key order, sends each
@@ -16,20 +18,22 @@ out of order) and no processes.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import time
 import traceback
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from lakecurate.config import Config
-from lakecurate.errors import CommitError, chunk_failure, disk_full, one_line
+from lakecurate.errors import CommitError, InputError, chunk_failure, disk_full, one_line
 from lakecurate.ingest.commit import Committer
+from lakecurate.ingest.plan import Planner
 from lakecurate.ingest.staging import read_staged_result, staged_name
 from lakecurate.progress import Reporter
 from lakecurate.store.state import StateStore
-from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
 HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
@@ -46,6 +50,10 @@ class Executor(Protocol):
 
     def finalise(self, order: FinaliseOrder) -> None:
         """Write a decided chunk's data files (``ingest.worker.finalise_chunk``)."""
+        ...
+
+    def plan(self, order: PlanOrder) -> None:
+        """Read and cut an input into chunks (``ingest.worker.plan_input``)."""
         ...
 
     def inflight(self) -> int:
@@ -121,13 +129,14 @@ class Scheduler:
         order: WorkOrder,
         executor: Executor,
         snapshot: Path,
+        planner: Planner,
     ) -> None:
         self.state, self.committer, self.reporter = state, committer, reporter
         self.snapshot = snapshot
         self.published = time.monotonic()
         self.report, self.cfg, self.order = report, cfg, order
-        self.executor = executor
-        self.queue: deque[ChunkSpec] = deque()
+        self.executor, self.planner = executor, planner
+        self.queue: list[str] = []  # a heap of chunk keys: the workers take the first in order
         self.by_key: dict[str, ChunkSpec] = {}
         self.attempts: dict[str, int] = {}
         self.results: dict[str, ChunkResult] = {}
@@ -140,23 +149,32 @@ class Scheduler:
         self.group_closed = False  # full, or open too long: commit once its files are back
         self.finalising: dict[str, FinaliseOrder] = {}  # in a worker now
         self.finalise_attempts: dict[str, int] = {}
+        self.plan_attempts: dict[str, int] = {}
+        self.bytes_todo = 0  # input bytes of the chunks to do, as planned so far
 
     def run(self, specs: list[ChunkSpec], attempts: dict[str, int]) -> None:
-        """Every chunk of ``specs`` committed or DEAD (``attempts``: those used so far)."""
-        self.queue = deque(specs)
-        self.by_key = {s.chunk_key: s for s in specs}
-        self.commit_order = [s.chunk_key for s in specs]
+        """Every chunk of ``specs``, and of the inputs the planner has pending, committed or
+        DEAD (``attempts``: those used so far)."""
         self.attempts = attempts
+        self.add(specs)
         ing = self.cfg.ingest
         last_beat = time.monotonic()
         try:
-            while self.frontier < len(self.commit_order) or self.committer.group:
+            while (
+                self.frontier < len(self.commit_order)
+                or self.committer.group
+                or self.planner.unplanned
+            ):
                 self.retry()
                 self.submit()
                 self.commit()
-                if not self.committer.group and (
-                    self.frontier >= len(self.commit_order)
-                    or not (self.executor.inflight() or self.retry_at or self.queue)
+                if (
+                    not self.committer.group
+                    and not self.planner.unplanned
+                    and (
+                        self.frontier >= len(self.commit_order)
+                        or not (self.executor.inflight() or self.retry_at or self.queue)
+                    )
                 ):
                     break
                 timeout = POLL_SECONDS
@@ -185,19 +203,38 @@ class Scheduler:
         )
 
     # -- the verbs ------------------------------------------------------------------------
+    def add(self, specs: list[ChunkSpec]) -> None:
+        """Chunks to do join the queue and the commit order. The planner's barrier keeps
+        every chunk of an input still being planned after the frontier, so the commit order
+        stays chunk-key order."""
+        for spec in specs:
+            key = spec.chunk_key
+            self.by_key[key] = spec
+            heapq.heappush(self.queue, key)
+            at = bisect.bisect(self.commit_order, key)
+            assert at >= self.frontier, f"{key} planned behind the commit frontier"
+            self.commit_order.insert(at, key)
+
     def retry(self) -> None:
         """Back to the front of the queue: every chunk whose backoff is over."""
         now = time.monotonic()
         for key in [k for k, t in self.retry_at.items() if t <= now]:
             del self.retry_at[key]
-            self.queue.appendleft(self.by_key[key])
+            heapq.heappush(self.queue, key)
 
     def submit(self) -> None:
-        """Keep the executor fed (two chunks per worker); a chunk already staged by an
+        """Keep the executor fed (two tasks per worker): an input to plan while fewer chunks
+        than that are known, else the first chunk in key order; a chunk already staged by an
         earlier run goes straight to the commit frontier."""
         going: list[ChunkSpec] = []
-        while self.queue and self.executor.inflight() + len(going) < 2 * self.executor.workers:
-            spec = self.queue.popleft()
+        room = 2 * self.executor.workers
+        while self.executor.inflight() + len(going) < room:
+            if self.planner.unsent and len(self.queue) < room:
+                self._plan_order(self.planner.order(self.planner.unsent.pop(0).path))
+                continue
+            if not self.queue:
+                break
+            spec = self.by_key[heapq.heappop(self.queue)]
             staged = self._staged(spec)
             if staged is not None:
                 self.results[spec.chunk_key] = staged
@@ -213,13 +250,15 @@ class Scheduler:
         """One attempt's outcome: a result waits for the frontier, a failure is blamed, a
         blameless one runs again without using up an attempt."""
         key = outcome.key
-        if outcome.finalise:
+        if outcome.planning:
+            self.planned(outcome)
+        elif outcome.finalise:
             self.finalised(outcome)
         elif outcome.result is not None:
             self.results[key] = outcome.result
         elif outcome.blameless:
             self.attempts[key] -= 1
-            self.queue.appendleft(self.by_key[key])
+            heapq.heappush(self.queue, key)
         else:
             assert outcome.error is not None
             self.blame(key, outcome.error, outcome.why)
@@ -240,6 +279,47 @@ class Scheduler:
         else:
             backoff = self.cfg.ingest.retry_backoff * 2 ** (max(used, 1) - 1)
             self.retry_at[key] = time.monotonic() + backoff
+
+    def planned(self, outcome: Outcome) -> None:
+        """An input's cut is back: its chunks still to do join the run. One that cannot be
+        read is a file error (its rows stay as they are); a planning that failed otherwise
+        runs again, up to ``max_attempts``."""
+        path = outcome.key
+        if outcome.cut is not None:
+            specs = self.planner.cut(path, *outcome.cut)
+            keys = [s.chunk_key for s in specs]
+            todo = self.state.todo(keys)
+            self.report.dead += self.state.dead_in(keys)
+            self.attempts.update({k: a for k, _, a in todo})
+            by_key = {s.chunk_key: s for s in specs}
+            self.add([by_key[k] for k, _, _ in todo])
+            self.report.chunks_planned += len(specs)
+            self.report.chunks_todo += len(todo)
+            self.bytes_todo += sum(by_key[k].input_bytes for k, _, _ in todo)
+            self.reporter.planned(
+                self.report.chunks_planned, self.report.chunks_todo, self.bytes_todo
+            )
+            return
+        order = self.planner.order(path)
+        if outcome.blameless:
+            self.plan_attempts[path] -= 1
+            self._plan_order(order)
+            return
+        exc = outcome.error
+        assert exc is not None
+        if chunk_failure(exc) == "stop":
+            raise disk_full(exc, f"a worker planning {path}") from exc
+        if isinstance(exc, InputError):
+            self.planner.failed(path, str(exc))
+        elif self.plan_attempts[path] >= self.cfg.ingest.max_attempts:
+            why = outcome.why or f"{type(exc).__name__}: {one_line(exc)}"
+            self.planner.failed(
+                path,
+                f"{path}: reading it to plan its chunks failed {self.plan_attempts[path]} "
+                f"times, last: {why}; its rows in the lake are left as they are",
+            )
+        else:
+            self._plan_order(order)
 
     def finalised(self, outcome: Outcome) -> None:
         """A finalise is back: its files join the group; a failed one runs again (it is
@@ -271,8 +351,11 @@ class Scheduler:
         passed over), until the open group closes (full, open too long, or the frontier at
         the end); commit it once every finalise of it is back."""
         while True:
+            barrier = self.planner.barrier()
             while self.frontier < len(self.commit_order) and not self.group_closed:
                 key = self.commit_order[self.frontier]
+                if barrier is not None and key >= barrier:
+                    break  # an input still being planned may have chunks before it
                 if key in self.dead:
                     self.frontier += 1
                 elif key in self.results:
@@ -324,6 +407,10 @@ class Scheduler:
             or ing.commit_seconds == 0
         ):
             self.group_closed = True
+
+    def _plan_order(self, order: PlanOrder) -> None:
+        self.plan_attempts[order.path] = self.plan_attempts.get(order.path, 0) + 1
+        self.executor.plan(order)
 
     def _finalise(self, order: FinaliseOrder) -> None:
         self.finalising[order.chunk_key] = order

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
+from lakecurate.ingest.cutting import plan_file
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import (
     RESULT_KEY,
@@ -38,7 +39,7 @@ from lakecurate.lake.files import write_data_files
 from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
 from lakecurate.steps.near.signatures import add_signatures
-from lakecurate.types import ChunkResult, ChunkSpec, DataFile, FinaliseOrder, WorkOrder
+from lakecurate.types import ChunkResult, ChunkSpec, DataFile, FinaliseOrder, PlanOrder, WorkOrder
 
 
 class ChunkProgress:
@@ -165,3 +166,10 @@ def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
     rows = apply_patch(rows, order.patch).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
     rows = without_rejected_text(rows, order.rejected_text)
     return write_data_files(Path(order.table_dir), rows, PARTITION_COLUMN, order.name)
+
+
+def plan_input(order: PlanOrder) -> tuple[str, list[ChunkSpec]]:
+    """Read and cut one input (its source sha256 and chunks): the planning the driver does not
+    do, so that it only lists and stats inputs (issue 14)."""
+    faults.hit("plan", order.path)
+    return plan_file(order.path, order.format, order.chunk_size)

@@ -21,20 +21,21 @@ from lakecurate import Lake
 from lakecurate import config as configuration
 from lakecurate.ingest.chunking import find_inputs
 from lakecurate.ingest.runner import IngestReport, ingest
-from lakecurate.ingest.worker import finalise_chunk, process_chunk
+from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk
 from lakecurate.lake.paths import LakePaths
-from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, WorkOrder
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
-Task = tuple[ChunkSpec, WorkOrder] | FinaliseOrder
+Task = tuple[ChunkSpec, WorkOrder] | FinaliseOrder | PlanOrder
 
 
 @dataclass
 class FakeExecutor:
-    """Runs chunks and their finalises in-process; ``delays`` holds a chunk back for that
-    many collects (a slow one); ``fate(key, attempt)`` says how an attempt at a chunk ends
-    (``finalise_fate`` the same for its finalise): ``"ok"``, ``"crash"`` (its worker died),
-    ``"hang"`` (never ends until ``watch`` stops it), ``"bystander"`` (another worker's death
-    took it down: blameless) or ``"raise"``."""
+    """Runs chunks, their finalises and the planning of inputs in-process; ``delays`` holds a
+    chunk (or an input's planning, by path) back for that many collects (a slow one);
+    ``fate(key, attempt)`` says how an attempt at a chunk ends (``finalise_fate`` the same for
+    its finalise, ``plan_fate`` for planning an input, by path): ``"ok"``, ``"crash"`` (its
+    worker died), ``"hang"`` (never ends until ``watch`` stops it), ``"bystander"`` (another
+    worker's death took it down: blameless) or ``"raise"``."""
 
     workers: int
     fate: Callable[[str, int], str]
@@ -47,6 +48,11 @@ class FakeExecutor:
     log: list[tuple[str, str]] = field(default_factory=list)  # (what happened, chunk)
     finalise_fate: Callable[[str, int], str] = lambda _k, _a: "ok"
     finalise_attempts: dict[str, int] = field(default_factory=dict)
+    plan_fate: Callable[[str, int], str] = lambda _k, _a: "ok"
+    plan_attempts: dict[str, int] = field(default_factory=dict)
+
+    def plan(self, order: PlanOrder) -> None:
+        self.pending.append(order)
 
     def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
         self.pending.append((spec, order))
@@ -81,11 +87,24 @@ class FakeExecutor:
         out, self.stopped = self.stopped, []
         for task in batch:
             key, finalising = key_of(task), isinstance(task, FinaliseOrder)
-            tries = self.finalise_attempts if finalising else self.attempts
+            planning = isinstance(task, PlanOrder)
+            tries = (
+                self.plan_attempts
+                if planning
+                else self.finalise_attempts
+                if finalising
+                else self.attempts
+            )
             tries[key] = attempt = tries.get(key, 0) + 1
-            fate = (self.finalise_fate if finalising else self.fate)(key, attempt)
-            self.log.append((("finalise " if finalising else "") + fate, key))
-            if fate == "ok":
+            fate = (
+                self.plan_fate if planning else self.finalise_fate if finalising else self.fate
+            )(key, attempt)
+            kind = "plan " if planning else "finalise " if finalising else ""
+            self.log.append((kind + fate, key))
+            if planning and fate != "hang":
+                assert isinstance(task, PlanOrder)
+                out.append(self._planned(task, fate))
+            elif fate == "ok":
                 if isinstance(task, FinaliseOrder):
                     out.append(Outcome(key, finalise=True, files=finalise_chunk(task)))
                 else:
@@ -104,13 +123,33 @@ class FakeExecutor:
                 out.append(Outcome(key, error=error, finalise=finalising))
         return out
 
+    def _planned(self, task: PlanOrder, fate: str) -> Outcome:
+        key = task.path
+        if fate == "ok":
+            return Outcome(key, planning=True, cut=plan_input(task))
+        if fate == "bystander":
+            self.plan_attempts[key] -= 1
+            return Outcome(key, planning=True, blameless=True)
+        error = (
+            BrokenProcessPool("A process in the process pool was terminated abruptly")
+            if fate == "crash"
+            else RuntimeError(f"injected failure planning {key}")
+        )
+        return Outcome(key, planning=True, error=error)
+
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
         for key, task in list(self.hanging.items()):
             del self.hanging[key]
             why = f"no heartbeat from worker pid 1 (heartbeat_timeout = {heartbeat_timeout:g} s)"
-            finalising = isinstance(task, FinaliseOrder)
+            finalising, planning = isinstance(task, FinaliseOrder), isinstance(task, PlanOrder)
             self.stopped.append(
-                Outcome(key, error=BrokenProcessPool(why), why=why, finalise=finalising)
+                Outcome(
+                    key,
+                    error=BrokenProcessPool(why),
+                    why=why,
+                    finalise=finalising,
+                    planning=planning,
+                )
             )
 
     def close(self) -> None:
@@ -119,6 +158,8 @@ class FakeExecutor:
 
 
 def key_of(task: Task) -> str:
+    if isinstance(task, PlanOrder):
+        return task.path
     return task.chunk_key if isinstance(task, FinaliseOrder) else task[0].chunk_key
 
 
@@ -130,16 +171,14 @@ def run(corpus: Path, cfg_path: Path, lake: Path, fake: FakeExecutor) -> IngestR
 
 def victim(corpus: Path, cfg_path: Path, tmp_path: Path) -> str:
     """A chunk key in the middle of the commit order (planned by a first, fake-free look)."""
-    from lakecurate.ingest.plan import make_plan
-    from lakecurate.store.state import StateStore
+    from lakecurate.ingest.cutting import plan_file
 
-    state = StateStore.open(tmp_path / "plan.duckdb")
-    try:
-        inputs = find_inputs([str(corpus)], tmp_path)
-        plan = make_plan(inputs, configuration.load(cfg_path).ingest.chunk_size, state, False)
-    finally:
-        state.close()
-    keys = sorted(s.chunk_key for s in plan.specs)
+    chunk_size = configuration.load(cfg_path).ingest.chunk_size
+    keys = sorted(
+        s.chunk_key
+        for path, fmt in find_inputs([str(corpus)], tmp_path).files
+        for s in plan_file(path, fmt, chunk_size)[1]
+    )
     return keys[len(keys) // 2]
 
 
@@ -307,3 +346,97 @@ def assert_verify_clean(lake: Path) -> None:
     """``verify`` finds nothing: no orphan data file, the index agrees with the table."""
     report = Lake.open(lake).verify()
     assert not report.problems, report.problems
+
+
+# --- planning on the workers (issue 14, item 4) ---------------------------------------------------
+
+
+def test_chunks_run_while_the_first_input_is_still_being_planned(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """The input whose chunks come first in key order is slow to plan: the others' chunks
+    are processed meanwhile, none is decided before it, and the lake is the clean run's."""
+    books = str(corpus / "books.parquet")
+    fake = FakeExecutor(2, lambda _k, _a: "ok", delays={books: 6})
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok and report.files_read == 4
+    assert lake_rows(tmp_path / "lake") == small_reference
+    planned_at = fake.log.index(("plan ok", books))
+    ran_before = [k for what, k in fake.log[:planned_at] if what == "ok"]
+    assert ran_before, "no chunk ran while books.parquet was being planned"
+    finalised_before = [k for what, k in fake.log[:planned_at] if what == "finalise ok"]
+    assert finalised_before == []  # nothing decided ahead of books' chunks
+
+
+@pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
+def test_a_failed_planning_runs_again(
+    fate: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    web_a = str(corpus / "web_a.jsonl")
+    seen: list[str] = []  # a bystander's attempt does not count: count tries here
+
+    def plan_fate(key: str, _attempt: int) -> str:
+        seen.append(key)
+        return fate if key == web_a and seen.count(key) == 1 else "ok"
+
+    fake = FakeExecutor(2, lambda _k, _a: "ok", plan_fate=plan_fate)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok and (f"plan {fate}", web_a) in fake.log and seen.count(web_a) == 2
+    assert lake_rows(tmp_path / "lake") == small_reference
+
+
+def test_an_input_that_cannot_be_planned_is_a_file_error_and_the_rest_commit(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    forum = str(corpus / "forum.jsonl.zst")
+    fake = FakeExecutor(
+        2, lambda _k, _a: "ok", plan_fate=lambda k, _a: "raise" if k == forum else "ok"
+    )
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    max_attempts = configuration.load(small_cfg).ingest.max_attempts
+    assert fake.plan_attempts[forum] == max_attempts
+    assert len(report.file_errors) == 1 and forum in report.file_errors[0]
+    assert f"failed {max_attempts} times" in report.file_errors[0]
+    have = {r[1:3] for r in lake_rows(tmp_path / "lake")}
+    assert have and all(not str(r[0]).startswith("forum_") for r in lake_rows(tmp_path / "lake"))
+    assert len(have) == len({r[1:3] for r in small_reference if not str(r[0]).startswith("forum_")})
+
+
+def test_a_changed_input_planned_late_gives_the_clean_run_of_the_new_inputs(
+    corpus: Path, small_cfg: Path, tmp_path: Path
+) -> None:
+    """A re-run where the changed input is the last to be cut: its old chunks leave the lake
+    (and what pointed at them is decided again) before anything is decided against it. Which
+    copy of a duplicate group is kept may differ from the clean run's (docs/design-notes.md,
+    Changed inputs): the rows, the kept texts and every ``dup_of`` must not."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    lake = tmp_path / "lake"
+    assert run(data, small_cfg, lake, FakeExecutor(2, lambda _k, _a: "ok")).ok
+    web_a = data / "web_a.jsonl"
+    lines = web_a.read_bytes().splitlines(keepends=True)
+    web_a.write_bytes(b"".join(lines[len(lines) // 3 :] + lines[: len(lines) // 3]))
+    (data / "forum.jsonl.zst").unlink()
+    fake = FakeExecutor(2, lambda _k, _a: "ok", delays={str(web_a): 6})
+    report = run(data, small_cfg, lake, fake)
+    assert report.ok and report.rows_superseded > 0
+    clean = tmp_path / "clean"
+    assert run(data, small_cfg, clean, FakeExecutor(2, lambda _k, _a: "ok")).ok
+    have, want = lake_rows(lake), lake_rows(clean)
+    assert [r[:4] for r in have] == [r[:4] for r in want]
+    assert {r[3] for r in have if r[4]} == {r[3] for r in want if r[4]}
+    kept = {r[2] for r in have if r[4]}
+    assert all(r[6] in kept for r in have if r[6] is not None and r[5] != "duplicate_id")
+    assert_verify_clean(lake)
