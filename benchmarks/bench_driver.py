@@ -9,9 +9,10 @@ A seeded JSONL corpus of ``--mb`` MB (documents of ten random paragraphs, 5% exa
 ingested once, in this process (the driver), with exact and near dedup and no filters (the
 setting of the issue's profile), by ``--workers`` worker processes. Reported from
 ``/proc/self/io`` and ``getrusage``: the driver's bytes read and written (``rchar``/``wchar``,
-which count every read and write call, page cache or not), split into planning (today still the
-driver's: it hashes every input byte) and the rest (deciding and committing); the driver's and
-the workers' CPU seconds per GB of input and their ratio; wall time and the load average.
+which count every read and write call, page cache or not), split into planning (listing and
+stat-ing inputs: the workers hash and cut them) and the rest (deciding and committing); the
+driver's and the workers' CPU seconds per GB of input and their ratio; the seconds from the
+start to the first chunk handed to a worker; wall time and the load average.
 
 Linux adds a reaped child's I/O to its parent's ``/proc/<pid>/io``, so the worker processes'
 bytes land in the driver's counters when the pool shuts down: the driver's own bytes are taken
@@ -111,6 +112,15 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
             reaped[k] = reaped.get(k, 0) + after[k] - before[k]
 
     runner.LocalExecutor.close = measured_close  # type: ignore[method-assign]
+    first_chunk: list[float] = []
+    submit = runner.LocalExecutor.submit
+
+    def measured_submit(self: Any, *args: Any) -> None:
+        if not first_chunk:
+            first_chunk.append(time.perf_counter())
+        submit(self, *args)
+
+    runner.LocalExecutor.submit = measured_submit  # type: ignore[method-assign]
     load_before = loadavg()
     io_before = io_counters()
     cpu_before = cpu_seconds(resource.RUSAGE_SELF)
@@ -145,6 +155,7 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
         "workers_cpu_s_per_gb": round(workers_cpu / gb, 2),
         "driver_over_workers_cpu": round(driver_cpu / workers_cpu, 4) if workers_cpu else None,
         "wall_seconds": round(wall, 1),
+        "seconds_to_first_chunk": round(first_chunk[0] - started, 2) if first_chunk else None,
         "docs_per_second": round(report.rows_in / wall),
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),

@@ -59,6 +59,7 @@ def assert_consistent(lake: Path, small_reference: list) -> None:  # type: ignor
 
 
 POINTS = [
+    "plan:kill:web_a.jsonl",  # a worker cutting an input, other chunks maybe running
     "worker:kill:web_a_00002",  # while workers run
     "staged_write:kill:web_a_00003",  # a staged file half-written (temp file present)
     "before_delta_commit:kill:web_a_00001",  # intent recorded, Delta not yet written
