@@ -89,12 +89,14 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     pipeline = filters.build(cfg.filters)
     progress.start(0.0)
     recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes, cfg.input)
+    records, blank_lines = recs.table(), recs.blank_lines
+    del recs  # the records are freed once decided: a chunk's text is held about twice at most
     con = engine.connect(threads=1, track_progress=True)
     progress.start(ChunkProgress.READ, con)
     try:
         if cfg.filters.steps:
             filters.install(con)
-        con.register("records", recs.table())
+        con.register("records", records)
         query = (
             f"WITH normalised AS ({engine.q('worker.normalise')}), {pipeline.sql} "
             f"SELECT * FROM ({engine.q('worker.decide')})"
@@ -116,6 +118,7 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     finally:
         progress.start(ChunkProgress.READ + ChunkProgress.DECIDE)
         con.close()
+        del records
     steps = filters.funnel(pipeline, decided)
     dropped_by_filters = sum(d for _, _, d in steps)
     parse, (_, empty_in, empty), (_, dup_in, dups) = base
@@ -144,7 +147,7 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
         rows_kept=kept,
         rows_dropped=decided.num_rows - kept - malformed,
         rows_malformed=malformed,
-        blank_lines=recs.blank_lines,
+        blank_lines=blank_lines,
         filter_stats=funnel,
         worker=f"{socket.gethostname()}:{os.getpid()}",
         redactions=redactions,

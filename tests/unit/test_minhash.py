@@ -234,3 +234,26 @@ def test_fingerprint_is_pinned(
     assert mh.layout(cfg) == layout
     assert mh.fingerprint(cfg) == fingerprint
     assert mh.fingerprint(config.from_dict({"near_dedup": settings}).near_dedup) == fingerprint
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 200, 5000])
+def test_signing_in_batches_gives_the_signatures_of_one_pass(
+    batch_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's candidates are signed in runs of text (bounded memory): the columns are those
+    of signing all at once, NULL for rows that take no part."""
+    import pyarrow as pa
+
+    from lakecurate.steps.near import signatures
+
+    rng = random.Random(3)
+    words = ["lake", "duck", "river", "stone", "light", "reed", "heron", "mist"]
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 60))) for _ in range(300)]
+    reasons = [rng.choice([None, None, "exact_dup", "filter:gopher"]) for _ in texts]
+    rows = pa.table({"text": texts, "reason": reasons})
+    cfg = NearDedupConfig(enabled=True)
+    whole = signatures.add_signatures(rows, cfg)
+    monkeypatch.setattr(signatures, "_BATCH_TEXT_BYTES", batch_bytes)
+    batched = signatures.add_signatures(rows, cfg)
+    assert batched.equals(whole)
+    assert whole["reason"].null_count > 0 and whole.column(2).null_count > 0
