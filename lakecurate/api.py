@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from lakecurate import config as configuration
 from lakecurate import engine
 from lakecurate.config import Config
-from lakecurate.errors import ConfigError, LakeError, QueryError
+from lakecurate.errors import ConfigError, LakeError, QueryError, UsageError
 from lakecurate.lake.paths import LakePaths
 from lakecurate.read import query
 
 if TYPE_CHECKING:
     from lakecurate.ingest.runner import IngestReport
+    from lakecurate.ingest.scheduler import Executor
     from lakecurate.ops.maintenance import CompactReport, VacuumReport
     from lakecurate.ops.verify import VerifyReport
     from lakecurate.progress import Reporter
@@ -144,8 +146,14 @@ class Lake:
         args: str = "",
         text_field: str | None = None,
         id_field: str | None = None,
+        executor: str | None = None,
+        address: str | None = None,
     ) -> IngestReport:
         """Ingest files or folders; safe to re-run and to kill at any moment.
+
+        ``executor`` (``[ingest].executor`` unless given): ``"local"``, a process pool, or
+        ``"ray"``, Ray tasks on the cluster at ``address`` (``[ingest].address``; none: a Ray
+        instance started here). Both give the same lake.
 
         ``preset`` names a shipped preset (``config.PRESETS``); with a config file, the file
         extends it. A new lake given neither gets ``config.default_config()``.
@@ -169,6 +177,7 @@ class Lake:
             cfg = self.config(configuration.with_input(cfg, text_field, id_field))
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
         found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
+        run_on = _executor(cfg, workers, executor, address)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
             atomic.write_text(self.paths.config, configuration.to_toml(cfg))
@@ -180,6 +189,7 @@ class Lake:
             verify=verify,
             reporter=reporter,
             args=args,
+            executor=run_on,
         )
 
     def sql(
@@ -431,3 +441,21 @@ class Lake:
             return self.config() if self.paths.state.exists() else None
         except ConfigError:
             return None
+
+
+def _executor(
+    cfg: Config, workers: int | None, name: str | None, address: str | None
+) -> Callable[[int], Executor]:
+    """The executor an ingest runs on: its name and address from the call, else the config."""
+    from lakecurate.ingest.executor import LocalExecutor
+
+    name = name or cfg.ingest.executor
+    if name not in configuration.EXECUTORS:
+        raise UsageError(f"unknown executor {name!r}: one of " + ", ".join(configuration.EXECUTORS))
+    if name == "local":
+        return LocalExecutor
+    from lakecurate.ingest.ray_executor import RayExecutor, require_ray
+
+    require_ray()
+    at = address or cfg.ingest.address or None
+    return lambda _n: RayExecutor(workers or cfg.ingest.workers or None, at)

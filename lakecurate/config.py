@@ -46,6 +46,9 @@ def parse_size(value: object, key: str) -> int:
     raise ConfigError(f'{key} = {value!r} is not a size: use bytes or e.g. "256MiB", "1GB"')
 
 
+EXECUTORS = ("local", "ray")
+
+
 @dataclass(frozen=True)
 class IngestConfig:
     """How inputs are cut and retried; none of it changes a document's decision."""
@@ -53,7 +56,9 @@ class IngestConfig:
     chunk_size: int = 256 * 1024**2
     max_attempts: int = 3
     retry_backoff: float = 1.0
-    workers: int = 0  # 0 = one per core
+    workers: int = 0  # 0 = one per core (local), every CPU of the cluster (ray)
+    executor: str = "local"  # where chunks run: "local" (a process pool) or "ray"
+    address: str = ""  # the Ray cluster to join ("" with executor = "ray": start one here)
     heartbeat_timeout: float = 60.0  # a worker silent this long is killed, its chunk retried
     chunk_timeout: float = 3600.0  # a chunk running longer is killed and retried; 0 = no limit
     # A compressed JSONL file is cut into chunks of chunk_size decompressed bytes at line ends (one
@@ -383,6 +388,8 @@ def from_dict(data: dict[str, Any]) -> Config:
             "max_attempts",
             "retry_backoff",
             "workers",
+            "executor",
+            "address",
             "heartbeat_timeout",
             "chunk_timeout",
             "max_compressed_chunk_bytes",
@@ -400,6 +407,14 @@ def from_dict(data: dict[str, Any]) -> Config:
     if heartbeat < 2:  # workers beat every second: less would kill healthy ones
         raise ConfigError(f"[ingest].heartbeat_timeout = {heartbeat!r}: must be seconds >= 2")
     chunk_timeout = _seconds("chunk_timeout", ing.get("chunk_timeout", defaults.chunk_timeout))
+    executor = ing.get("executor", defaults.executor)
+    if executor not in EXECUTORS:
+        raise ConfigError(
+            f"[ingest].executor = {executor!r}: must be one of " + ", ".join(EXECUTORS)
+        )
+    address = ing.get("address", defaults.address)
+    if not isinstance(address, str):
+        raise ConfigError(f"[ingest].address = {address!r}: must be a string (host:port)")
     exact = ded.get("exact", True)
     if not isinstance(exact, bool):
         raise ConfigError(f"[dedup].exact = {exact!r}: must be true or false")
@@ -414,6 +429,8 @@ def from_dict(data: dict[str, Any]) -> Config:
             ),
             retry_backoff=backoff,
             workers=_int("ingest", "workers", ing.get("workers", defaults.workers), 0),
+            executor=executor,
+            address=address,
             heartbeat_timeout=heartbeat,
             chunk_timeout=chunk_timeout,
             max_compressed_chunk_bytes=parse_size(
@@ -470,6 +487,8 @@ def to_toml(cfg: Config) -> str:
             f"max_attempts = {i.max_attempts}\n"
             f"retry_backoff = {i.retry_backoff}\n"
             f"workers = {i.workers}\n"
+            f"executor = {json.dumps(i.executor)}\n"
+            f"address = {json.dumps(i.address)}\n"
             f"heartbeat_timeout = {i.heartbeat_timeout}\n"
             f"chunk_timeout = {i.chunk_timeout}\n"
             f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n"

@@ -277,6 +277,19 @@ def _summary(r: IngestReport) -> str:
     help="Worker processes (default: [ingest].workers, else one per core).",
 )
 @click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default=None,
+    help="Where chunks run: local worker processes, or Ray tasks on a cluster "
+    "(default: [ingest].executor, else local; ray needs: pip install 'lakecurate[ray]').",
+)
+@click.option(
+    "--address",
+    metavar="HOST:PORT",
+    default=None,
+    help="The Ray cluster to run on (default: [ingest].address, else a Ray started here).",
+)
+@click.option(
     "--verify", is_flag=True, help="Re-read and re-hash every input (ignore the stat cache)."
 )
 @click.option(
@@ -295,6 +308,8 @@ def ingest_cmd(
     config_path: Path | None,
     preset: str | None,
     workers: int | None,
+    executor: str | None,
+    address: str | None,
     verify: bool,
     text_field: str | None,
     id_field: str | None,
@@ -315,6 +330,8 @@ def ingest_cmd(
         args=shlex.join(sys.argv[1:]),
         text_field=text_field,
         id_field=id_field,
+        executor=executor,
+        address=address,
     )
     click.echo(_summary(report))
     if not report.ok:

@@ -91,11 +91,13 @@ def test_chunk_size_from_dict() -> None:
             {"ingest": {"chunksize": 5}},
             "chunksize",
             [
+                "address",
                 "chunk_size",
                 "chunk_timeout",
                 "commit_bytes",
                 "commit_chunks",
                 "commit_seconds",
+                "executor",
                 "heartbeat_timeout",
                 "max_attempts",
                 "max_compressed_chunk_bytes",

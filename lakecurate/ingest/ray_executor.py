@@ -1,0 +1,151 @@
+"""The ``ray`` executor: the same chunks, finalises and plannings as the local process pool, run
+as Ray tasks on a cluster (issue 15). The driver keeps DuckDB and the Delta commits and decides
+in the same chunk-key order, so a Ray run gives the same table as a local one.
+
+Failures split by who is at fault. A worker process or node that dies is Ray's to handle: a task
+is retried by Ray (``max_retries``) on another worker, and only when Ray gives up does it come
+back failed, naming the cause. An exception of lakecurate's own code is not retried by Ray
+(``retry_exceptions=False``): it comes back as that exception, and the scheduler's attempts and
+DEAD state decide, exactly as with local workers. A task running past ``chunk_timeout`` is
+cancelled (its worker killed) and comes back failed with the reason.
+
+Ray is an optional dependency (``pip install 'lakecurate[ray]'``); this module is the only one
+that imports it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lakecurate.errors import UsageError
+from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
+
+INSTALL = "pip install 'lakecurate[ray]'"
+SYSTEM_RETRIES = 3
+"""Ray re-runs a task this many times when its worker or node dies."""
+
+
+def require_ray() -> Any:
+    """The ``ray`` module, or a UsageError saying how to install it (checked before an ingest
+    starts, so a lake is not even created without it)."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError(
+            f"--executor ray needs the Ray package, which is not installed: {INSTALL}"
+        ) from exc
+    return ray
+
+
+def _task(order: WorkOrder | FinaliseOrder | PlanOrder, spec: ChunkSpec | None) -> Any:
+    """What runs on a Ray worker: the worker functions of the local pool, unchanged."""
+    if isinstance(order, FinaliseOrder):
+        return finalise_chunk(order)
+    if isinstance(order, PlanOrder):
+        return plan_input(order)
+    assert spec is not None
+    return process_chunk(spec, order)
+
+
+@dataclass
+class _Task:
+    key: str  # the chunk key, or the input's path for a planning
+    kind: str  # "chunk", "finalise" or "plan"
+    submitted: float
+
+
+class RayExecutor:
+    """Ray tasks, as many in flight as the scheduler submits (two per CPU of the cluster)."""
+
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
+        ray = require_ray()
+        self._ray = ray
+        self._started_ray = not ray.is_initialized()
+        if self._started_ray:
+            ray.init(
+                address=address,
+                num_cpus=workers if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        self.workers = max(1, workers or cpus)
+        self._remote = ray.remote(max_retries=SYSTEM_RETRIES, retry_exceptions=False)(_task)
+        self._tasks: dict[Any, _Task] = {}  # ObjectRef -> what it is
+        self._stopped: dict[Any, str] = {}  # cancelled ObjectRef -> why
+
+    # -- the Executor protocol -----------------------------------------------------------
+    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
+        self._go(_Task(spec.chunk_key, "chunk", time.monotonic()), order, spec)
+
+    def finalise(self, order: FinaliseOrder) -> None:
+        self._go(_Task(order.chunk_key, "finalise", time.monotonic()), order, None)
+
+    def plan(self, order: PlanOrder) -> None:
+        self._go(_Task(order.path, "plan", time.monotonic()), order, None)
+
+    def _go(self, task: _Task, order: Any, spec: ChunkSpec | None) -> None:
+        self._tasks[self._remote.remote(order, spec)] = task
+
+    def inflight(self) -> int:
+        return len(self._tasks)
+
+    def started(self) -> list[str]:
+        return [t.key for t in self._tasks.values() if t.kind == "chunk"]
+
+    def progress(self) -> dict[str, float]:
+        return {}
+
+    def collect(self, timeout: float) -> list[Outcome]:
+        if not self._tasks:
+            return []
+        ready, _ = self._ray.wait(list(self._tasks), num_returns=1, timeout=timeout)
+        if ready:  # and everything else that is done by now
+            ready, _ = self._ray.wait(list(self._tasks), num_returns=len(self._tasks), timeout=0)
+        return [self._outcome(ref) for ref in ready]
+
+    def _outcome(self, ref: Any) -> Outcome:
+        task = self._tasks.pop(ref)
+        why = self._stopped.pop(ref, None)
+        finalise, planning = task.kind == "finalise", task.kind == "plan"
+        try:
+            value = self._ray.get(ref)
+        except self._ray.exceptions.RayTaskError as exc:  # our code raised: the cause
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            return Outcome(task.key, error=cause, why=why, finalise=finalise, planning=planning)
+        except self._ray.exceptions.RayError as exc:  # Ray gave up: worker, node, cancel
+            reason = why or (
+                f"its Ray worker or node died {SYSTEM_RETRIES + 1} times "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            )
+            return Outcome(task.key, error=exc, why=reason, finalise=finalise, planning=planning)
+        if task.kind == "plan":
+            return Outcome(task.key, planning=True, cut=value)
+        if task.kind == "finalise":
+            return Outcome(task.key, finalise=True, files=value)
+        return Outcome(task.key, result=value)
+
+    def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
+        """Cancel (kill the worker of) every task past ``chunk_timeout`` since it was
+        submitted; Ray watches its workers' liveness itself."""
+        if not chunk_timeout:
+            return
+        now = time.monotonic()
+        for ref, task in self._tasks.items():
+            if ref not in self._stopped and now - task.submitted > chunk_timeout:
+                self._stopped[ref] = (
+                    f"still running after {now - task.submitted:.0f} s (chunk_timeout = "
+                    f"{chunk_timeout:g} s): cancelled its Ray task"
+                )
+                self._ray.cancel(ref, force=True)
+
+    def close(self) -> None:
+        for ref in self._tasks:
+            self._ray.cancel(ref, force=True)
+        self._tasks.clear()
+        if self._started_ray:
+            self._ray.shutdown()
