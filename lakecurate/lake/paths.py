@@ -54,6 +54,11 @@ class LakePaths:
         return self.root / "index"
 
     @property
+    def signatures(self) -> Path:
+        """The near-dedup signature files (``store.signatures``), beside the Bloom files."""
+        return self.index / "signatures"
+
+    @property
     def snapshot(self) -> Path:
         return self.root / SNAPSHOT_NAME
 

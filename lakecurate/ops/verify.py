@@ -53,6 +53,7 @@ from lakecurate.store.recovery import (
     committed_staged_files,
     index_missing_bands,
 )
+from lakecurate.store.signatures import SignatureFiles
 from lakecurate.store.state import StateStore
 
 # What DuckDB says about a file that is really damaged (as opposed to busy, full or a bug).
@@ -226,7 +227,11 @@ def _table_unreadable(exc: BaseException) -> LakeError:
 
 
 def _check_state(
-    state: StateStore, delta: DeltaStore, cfg: Config | None, report: VerifyReport
+    state: StateStore,
+    delta: DeltaStore,
+    cfg: Config | None,
+    signatures: SignatureFiles,
+    report: VerifyReport,
 ) -> None:
     con = state.con
     success = dict(con.execute(engine.q("verify.success_chunks")).fetchall())
@@ -260,7 +265,7 @@ def _check_state(
                 f"the content index has {n_index} entries for {n_kept} kept documents"
             )
         _check_duplicates(state, ds, report)
-        _check_bands(state, ds, cfg, report)
+        _check_bands(state, ds, cfg, signatures, report)
 
 
 def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
@@ -293,10 +298,17 @@ def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
         report.problems.append(f"document id {doc_id!r} is kept {n} times")
 
 
-def _check_bands(state: StateStore, ds: Any, cfg: Config | None, report: VerifyReport) -> None:
+def _check_bands(
+    state: StateStore,
+    ds: Any,
+    cfg: Config | None,
+    signatures: SignatureFiles,
+    report: VerifyReport,
+) -> None:
     """The near-dedup band index covers exactly the committed documents that have a signature:
     no rows of commits that left, none of ids the chunk does not hold, no committed chunk
-    missing (an ingest would match new documents against a partial index)."""
+    missing (an ingest would match new documents against a partial index), and, verified,
+    every indexed document's signature is in the signature files."""
     con = state.con
     if not con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
         return
@@ -319,25 +331,44 @@ def _check_bands(state: StateStore, ds: Any, cfg: Config | None, report: VerifyR
             f"the near-dedup band index holds {foreign} document id(s) their chunk does not have"
         )
     if cfg is not None and cfg.near_dedup.enabled:
-        near = NearDedupIndex.of_config(con, cfg)
+        near = NearDedupIndex.of_config(con, cfg, signatures)
         for key in chunks_missing_bands(state, rows, near):
             report.problems.append(f"chunk {key} is missing from the near-dedup band index")
+        if cfg.near_dedup.verify:
+            stored = pa.table({"doc_seq": signatures.doc_seqs()})
+            con.register("signed_docs", stored)
+            try:
+                (unsigned,) = con.execute(
+                    engine.q("verify.band_docs_without_signature")
+                ).fetchall()[0]
+            finally:
+                con.unregister("signed_docs")
+            if unsigned:
+                report.problems.append(
+                    f"the near-dedup signature files lack {unsigned} indexed document(s)"
+                )
 
 
 def _repair_bands(
-    state: StateStore, delta: DeltaStore, cfg: Config | None, report: VerifyReport
+    state: StateStore,
+    delta: DeltaStore,
+    cfg: Config | None,
+    signatures: SignatureFiles,
+    report: VerifyReport,
 ) -> None:
-    """Rebuild the band index from the committed text (the state was just re-derived)."""
+    """Rebuild the band index and its signature files from the committed text (the state was
+    just re-derived)."""
     con = state.con
     if not con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
         return
     with state.transaction():
         con.execute(engine.q("dedup.clear_bands"))
         con.execute(engine.q("dedup.clear_docs"))
+    signatures.clear()
     if cfg is None or not cfg.near_dedup.enabled:
         report.repaired.append("cleared the near-dedup band index (near dedup is off)")
         return
-    index_missing_bands(state, delta, NearDedupIndex.of_config(con, cfg))
+    index_missing_bands(state, delta, NearDedupIndex.of_config(con, cfg, signatures))
     report.repaired.append("rebuilt the near-dedup band index from the table")
 
 
@@ -414,7 +445,7 @@ def _verify(
     if state is not None:
         try:
             if table_ok:  # the table cannot be scanned with files missing
-                _check_state(state, delta, cfg, report)
+                _check_state(state, delta, cfg, SignatureFiles(paths.signatures), report)
             stale = committed_staged_files(paths.staging, state)
             report.problems += [f"staged file of a committed chunk: {p}" for p in stale]
             _check_bloom(paths.index, state, report)
@@ -478,7 +509,7 @@ def _verify(
             p.unlink(missing_ok=True)
         if files:
             report.repaired.append(f"removed {len(files)} {what} file(s)")
-    _repair_bands(state, delta, cfg, report)
+    _repair_bands(state, delta, cfg, SignatureFiles(paths.signatures), report)
     # The Bloom cache, rewritten from the state as it now is.
     index = MembershipIndex(state.con)
     index.open_tier1(paths.index)

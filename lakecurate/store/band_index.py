@@ -27,6 +27,7 @@ from lakecurate.config import NEAR_LINKS, Config, NearDedupConfig, NearLink
 from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
+from lakecurate.store.signatures import SignatureFiles
 
 ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
@@ -146,22 +147,32 @@ class NearDedupIndex:
     forgets the chunk's rows, so it is idempotent too.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, cfg: NearDedupConfig) -> None:
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        cfg: NearDedupConfig,
+        signatures: SignatureFiles | None = None,
+    ) -> None:
         """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins
         a document to the smallest cluster among its earlier neighbours, so chains through
         dropped documents merge; ``"kept"`` joins it only to a cluster whose kept document it is
         itself near (verified against the representative, never through a chain), which needs
         ``cfg.verify`` (the config checks that). A lake's index records its rule and refuses the
-        other one."""
+        other one. ``signatures`` holds the signatures verification compares: the lake's
+        ``index/signatures`` files, or in memory when not given (an index on a throw-away
+        connection)."""
         self.con = con
         self.cfg = cfg
         self.link: Link = cfg.link
+        self.signatures = signatures if signatures is not None else SignatureFiles(None)
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
 
     @classmethod
-    def of_config(cls, con: duckdb.DuckDBPyConnection, cfg: Config) -> NearDedupIndex:
+    def of_config(
+        cls, con: duckdb.DuckDBPyConnection, cfg: Config, signatures: SignatureFiles
+    ) -> NearDedupIndex:
         """The band index with the lake config's ``[near_dedup]`` settings, its tables made."""
-        index = cls(con, cfg.near_dedup)
+        index = cls(con, cfg.near_dedup, signatures)
         index.create_schema()
         return index
 
@@ -202,6 +213,19 @@ class NearDedupIndex:
                 f'the config now gives "{self.link}": the clusters of one rule cannot be extended '
                 f'with the other. Restore link = "{stored}", or use a new lake for the new rule'
             )
+        self._move_signatures_out()
+
+    def _move_signatures_out(self) -> None:
+        """An index of the old layout kept every signature in ``minhash_docs`` (about half of
+        ``state.duckdb``): write them to the signature files, then drop the column."""
+        ((has,),) = self.con.execute(engine.q("dedup.has_signature_column")).fetchall()
+        if not has:
+            return
+        for (seq,) in self.con.execute(engine.q("dedup.old_signature_seqs")).fetchall():
+            rows = self.con.sql(engine.q("dedup.old_signatures_of_seq"), params={"seq": seq})
+            self.signatures.write(rows.to_arrow_table())
+        self.con.execute(engine.q("dedup.drop_signature_column"))
+        self.con.execute("CHECKPOINT")  # the freed blocks are reused by what comes next
 
     def _register(self, docs: pa.Table) -> tuple[int, int]:
         docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
@@ -220,14 +244,16 @@ class NearDedupIndex:
         kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
         """
         lo, _hi = self._register(docs)
+        kept = self.link == "kept"
         try:
             params = {"chunk_min": lo}
             self.con.execute(engine.q("dedup.chunk_bands"))
+            self.con.execute(engine.q("dedup.chunk_candidates"), params)
+            self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
-                {**params, "verify": self.cfg.verify, "min_matches": self.min_matches},
+                {"verify": self.cfg.verify, "min_matches": self.min_matches},
             )
-            kept = self.link == "kept"
             if kept:
                 self.con.execute(
                     engine.q("dedup.init_labels_kept"), {"min_matches": self.min_matches}
@@ -242,8 +268,7 @@ class NearDedupIndex:
                     raise LakeError("near-dedup label propagation did not settle: report a bug")
                 if kept:
                     self.con.execute(
-                        engine.q("dedup.step_labels_kept"),
-                        {**params, "min_matches": self.min_matches},
+                        engine.q("dedup.step_labels_kept"), {"min_matches": self.min_matches}
                     )
                 else:
                     self.con.execute(engine.q("dedup.step_labels"))
@@ -254,7 +279,18 @@ class NearDedupIndex:
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
         finally:
             self.con.unregister("nd_chunk")
+            self.con.unregister("nd_old_sigs")
         return result.cast(RESULT_SCHEMA)
+
+    def _old_signatures(self, *, clusters: bool) -> pa.Table:
+        """The signatures of the earlier documents the candidates (``nd_cand``) compare with,
+        and with ``clusters`` their kept documents too; none without verification."""
+        if not self.cfg.verify:
+            return self.signatures.read([])
+        needed = self.con.sql(
+            engine.q("dedup.old_signatures_needed"), params={"clusters": clusters}
+        ).fetchnumpy()["doc_seq"]
+        return self.signatures.read(needed)
 
     def add_chunk(self, docs: pa.Table, matched: pa.Table) -> None:
         """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
@@ -266,11 +302,13 @@ class NearDedupIndex:
         lo, hi = self._register(docs)
         self.con.register("nd_matched", matched)
         try:
+            if self.cfg.verify:  # before the rows: no indexed document without its signature
+                self.signatures.write(SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]))
             self.con.execute(engine.q("dedup.chunk_bands"))
             self.con.execute(engine.q("dedup.forget_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_bands"))
-            self.con.execute(engine.q("dedup.insert_docs"), {"verify": self.cfg.verify})
+            self.con.execute(engine.q("dedup.insert_docs"))
         finally:
             self.con.unregister("nd_chunk")
             self.con.unregister("nd_matched")

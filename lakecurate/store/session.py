@@ -22,6 +22,7 @@ from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import catch_up
 from lakecurate.store.recovery import index_missing_bands, reconcile
+from lakecurate.store.signatures import SignatureFiles
 from lakecurate.store.state import StateStore
 
 
@@ -97,7 +98,8 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
     if note := catch_up(state, delta):
         session.notes.append(note)
     if cfg is not None and cfg.near_dedup.enabled:
-        session.near = NearDedupIndex.of_config(state.con, cfg)
+        signatures = SignatureFiles(session.paths.signatures)
+        session.near = NearDedupIndex.of_config(state.con, cfg, signatures)
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )

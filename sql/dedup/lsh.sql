@@ -3,7 +3,10 @@
 -- order" is "smallest doc_seq". A document's cluster_id is the doc_seq of its cluster's kept
 -- document; the kept document has cluster_id = its own doc_seq. See docs/near-dedup.md.
 -- Inputs of the chunk statements: the Arrow table `nd_chunk(doc_seq BIGINT, doc_id VARCHAR,
--- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.store.band_index.
+-- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.store.band_index, and, while a
+-- chunk is matched, `nd_old_sigs(doc_seq BIGINT, signature UINTEGER[])`: the signatures of the
+-- earlier documents the chunk's candidates need, read from the signature files
+-- (lakecurate.store.signatures: they are not kept in this database).
 
 -- name: create_bands
 -- One row per (document, band). Kept for every document that has tokens, dropped or not, so a
@@ -15,12 +18,29 @@ CREATE TABLE IF NOT EXISTS minhash_bands (
 );
 
 -- name: create_docs
+-- The signatures verification compares are in LAKE/index/signatures/ (lakecurate.store.signatures);
+-- an index made before kept them in a column `signature` here (see has_signature_column).
 CREATE TABLE IF NOT EXISTS minhash_docs (
     doc_seq BIGINT NOT NULL,
     doc_id VARCHAR NOT NULL,
-    cluster_id BIGINT NOT NULL,
-    signature UINTEGER[]          -- NULL unless candidates are verified
+    cluster_id BIGINT NOT NULL
 );
+
+-- name: has_signature_column
+SELECT count(*) FROM information_schema.columns
+WHERE table_name = 'minhash_docs' AND column_name = 'signature';
+
+-- name: old_signature_seqs
+-- Commit seqs whose signatures an index of the old layout holds in minhash_docs.
+SELECT DISTINCT doc_seq >> 32 AS seq FROM minhash_docs WHERE signature IS NOT NULL ORDER BY seq;
+
+-- name: old_signatures_of_seq
+SELECT doc_seq, signature FROM minhash_docs
+WHERE doc_seq >> 32 = $seq AND signature IS NOT NULL
+ORDER BY doc_seq;
+
+-- name: drop_signature_column
+ALTER TABLE minhash_docs DROP COLUMN signature;
 
 -- name: create_macros
 -- How many signature positions two documents share (estimated Jaccard = this / num_perm).
@@ -45,30 +65,41 @@ SELECT doc_seq,
 FROM nd_chunk
 WHERE bands IS NOT NULL;
 
--- name: chunk_edges
+-- name: chunk_candidates
 -- Candidate pairs (src later than dst) sharing a bucket: against the lake's index (old) and
 -- inside the chunk. The `doc_seq < $chunk_min` guard makes matching idempotent even when the
--- index already holds this chunk (a retried commit). With $verify, a pair stays only when at
--- least $min_matches signature positions agree (an integer test: no float rounding decides).
+-- index already holds this chunk (a retried commit).
+CREATE OR REPLACE TEMP TABLE nd_cand AS
+SELECT DISTINCT n.doc_seq AS src, o.doc_seq AS dst, true AS old
+FROM nd_chunk_bands n
+JOIN minhash_bands o ON o.band = n.band AND o.band_hash = n.band_hash
+WHERE o.doc_seq < $chunk_min
+UNION
+SELECT DISTINCT n.doc_seq, m.doc_seq, false
+FROM nd_chunk_bands n
+JOIN nd_chunk_bands m ON m.band = n.band AND m.band_hash = n.band_hash
+WHERE m.doc_seq < n.doc_seq;
+
+-- name: old_signatures_needed
+-- The earlier documents whose signatures the chunk's matching compares: candidates in the lake
+-- and, with $clusters (rule `kept`), their clusters' kept documents.
+SELECT DISTINCT dst AS doc_seq FROM nd_cand WHERE old
+UNION
+SELECT DISTINCT o.cluster_id FROM nd_cand c JOIN minhash_docs o ON o.doc_seq = c.dst
+WHERE $clusters AND c.old
+ORDER BY 1;
+
+-- name: chunk_edges
+-- The candidate pairs that are edges: with $verify, a pair stays only when at least
+-- $min_matches signature positions agree (an integer test: no float rounding decides).
 CREATE OR REPLACE TEMP TABLE nd_edges AS
-WITH cand AS (
-    SELECT DISTINCT n.doc_seq AS src, o.doc_seq AS dst, true AS old
-    FROM nd_chunk_bands n
-    JOIN minhash_bands o ON o.band = n.band AND o.band_hash = n.band_hash
-    WHERE o.doc_seq < $chunk_min
-    UNION
-    SELECT DISTINCT n.doc_seq, m.doc_seq, false
-    FROM nd_chunk_bands n
-    JOIN nd_chunk_bands m ON m.band = n.band AND m.band_hash = n.band_hash
-    WHERE m.doc_seq < n.doc_seq
-), sigs AS (
-    SELECT doc_seq, signature FROM minhash_docs
-    WHERE $verify AND doc_seq IN (SELECT dst FROM cand WHERE old)
+WITH sigs AS (
+    SELECT doc_seq, signature FROM nd_old_sigs WHERE $verify
     UNION ALL
     SELECT doc_seq, signature FROM nd_chunk WHERE $verify
 )
 SELECT c.src, c.dst, c.old
-FROM cand c
+FROM nd_cand c
 LEFT JOIN sigs a ON $verify AND a.doc_seq = c.src
 LEFT JOIN sigs b ON $verify AND b.doc_seq = c.dst
 WHERE NOT $verify
@@ -110,7 +141,7 @@ WITH cand AS (
     SELECT c.src, min(c.rep) AS rep
     FROM cand c
     JOIN nd_chunk s ON s.doc_seq = c.src
-    JOIN minhash_docs r ON r.doc_seq = c.rep
+    JOIN nd_old_sigs r ON r.doc_seq = c.rep
     WHERE nd_matches(s.signature, r.signature) >= $min_matches
     GROUP BY c.src
 )
@@ -136,8 +167,7 @@ WITH cand AS (
 ), sigs AS (
     SELECT doc_seq, signature FROM nd_chunk
     UNION ALL
-    SELECT doc_seq, signature FROM minhash_docs
-    WHERE doc_seq < $chunk_min AND doc_seq IN (SELECT rep FROM cand)
+    SELECT doc_seq, signature FROM nd_old_sigs
 ), ok AS (
     SELECT c.src, min(c.rep) AS rep
     FROM cand c
@@ -182,8 +212,8 @@ SELECT band, band_hash, doc_seq FROM nd_chunk_bands ORDER BY doc_seq, band;
 
 -- name: insert_docs
 -- `nd_matched`: the result of chunk_result for this chunk.
-INSERT INTO minhash_docs
-SELECT c.doc_seq, c.doc_id, m.cluster_id, CASE WHEN $verify THEN c.signature END
+INSERT INTO minhash_docs (doc_seq, doc_id, cluster_id)
+SELECT c.doc_seq, c.doc_id, m.cluster_id
 FROM nd_chunk c
 JOIN nd_matched m ON m.doc_seq = c.doc_seq
 WHERE m.cluster_id IS NOT NULL

@@ -38,6 +38,11 @@ SELECT count(*) FROM minhash_docs
 WHERE doc_seq >> 32 NOT IN (SELECT commit_seq FROM chunks WHERE status = 'SUCCESS'
                             AND commit_seq IS NOT NULL);
 
+-- name: band_docs_without_signature
+-- Band-index documents whose signature is in no signature file (`signed_docs`: every doc_seq the
+-- files hold): verification would have nothing to compare them with.
+SELECT count(*) FROM minhash_docs ANTI JOIN signed_docs USING (doc_seq);
+
 -- name: band_docs_not_in_table
 -- Band-index documents whose id the chunk committed with that seq does not hold.
 SELECT count(*) FROM minhash_docs d

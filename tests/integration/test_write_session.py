@@ -96,7 +96,7 @@ def test_verify_finds_band_rows_of_commits_that_left(tmp_path: Path) -> None:
     lake = Lake.open(tmp_path / "lake")
     assert lake.ingest([_corpus(tmp_path / "in", files=1)], config=_config(tmp_path)).ok
     before = _bands(lake.root)
-    ghost = "((999::BIGINT << 32) | 1, 'ghost', 7, NULL)"
+    ghost = "((999::BIGINT << 32) | 1, 'ghost', 7)"
     _edit_state(lake.root, f"INSERT INTO minhash_docs VALUES {ghost}")
     problems = lake.verify().problems
     assert "the near-dedup band index holds 1 document(s) of commits the lake no longer has" in (
