@@ -12,7 +12,8 @@ dedup) by a fresh Python process (so peak RSS is per scale) with ``--workers`` w
 Reported per scale: input bytes and documents, wall seconds, documents/s, the driver's and the
 workers' peak RSS, the driver's CPU seconds for the first and the last chunk it decided
 (``Committer.stage``, thread CPU time), the state file, the Bloom tier and the Delta table on
-disk (bytes, and state bytes per document), and the time ratio to scale 1 (target: 16x input
+disk (bytes, and state bytes per document: target <= 150), the near-dedup signature files
+(``index/signatures``, outside the state), and the time ratio to scale 1 (target: 16x input
 costs <= 17x the time).
 """
 
@@ -133,7 +134,8 @@ def run_scale(
         docs_per_second=round(n / out["wall_seconds"]),
         state_bytes=state,
         state_bytes_per_document=round(state / n, 1),
-        bloom_bytes=du(lake / "index"),
+        bloom_bytes=sum(du(p) for p in (lake / "index").glob("*.bloom")),
+        signatures_bytes=du(lake / "index" / "signatures"),
         table_bytes=du(lake / "documents"),
         loadavg_before=load,
     )

@@ -225,7 +225,6 @@ class NearDedupIndex:
             rows = self.con.sql(engine.q("dedup.old_signatures_of_seq"), params={"seq": seq})
             self.signatures.write(rows.to_arrow_table())
         self.con.execute(engine.q("dedup.drop_signature_column"))
-        self.con.execute("CHECKPOINT")  # the freed blocks are reused by what comes next
 
     def _register(self, docs: pa.Table) -> tuple[int, int]:
         docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)

@@ -82,10 +82,13 @@ WHERE m.doc_seq < n.doc_seq;
 
 -- name: old_signatures_needed
 -- The earlier documents whose signatures the chunk's matching compares: candidates in the lake
--- and, with $clusters (rule `kept`), their clusters' kept documents.
+-- and, with $clusters (rule `kept`), their clusters' kept documents, when the index still holds
+-- them (as the joins on minhash_docs this replaces did: a signature file may outlive its rows).
 SELECT DISTINCT dst AS doc_seq FROM nd_cand WHERE old
 UNION
-SELECT DISTINCT o.cluster_id FROM nd_cand c JOIN minhash_docs o ON o.doc_seq = c.dst
+SELECT DISTINCT o.cluster_id FROM nd_cand c
+JOIN minhash_docs o ON o.doc_seq = c.dst
+JOIN minhash_docs k ON k.doc_seq = o.cluster_id
 WHERE $clusters AND c.old
 ORDER BY 1;
 
