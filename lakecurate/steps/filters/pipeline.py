@@ -120,8 +120,9 @@ def _page(k: int, prev: str, call: str, alive: str = _ALIVE) -> str:
 
 
 def build(cfg: FiltersConfig) -> Pipeline:
-    """Chain the configured steps into CTEs s0..sN over `normalised`."""
-    p = Pipeline(sql="")
+    """Chain the configured steps into CTEs s0..sN over `normalised`. The rule version
+    (``$normalisation``) is bound here because the worker's normalisation reads it too."""
+    p = Pipeline(sql="", params={"normalisation": cfg.normalisation})
     ctes = [
         "s0 AS (SELECT *, norm AS t, NULL::INTEGER AS f_step, NULL::VARCHAR AS f_detail, "
         "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score FROM normalised)"
