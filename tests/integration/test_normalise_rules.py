@@ -20,8 +20,9 @@ steps = ["utf8", "length"]
 def _write(folder: Path, name: str, texts: list[str]) -> Path:
     folder.mkdir(exist_ok=True)
     path = folder / name
-    path.write_text("".join(json.dumps({"id": f"{name}:{i}", "text": t}) + "\n" for i, t in
-                            enumerate(texts)))
+    path.write_text(
+        "".join(json.dumps({"id": f"{name}:{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
     return path
 
 
@@ -32,9 +33,7 @@ def test_an_ansi_coloured_document_is_kept_with_clean_text(tmp_path: Path) -> No
     cfg.write_text(CONFIG)
     lake = Lake.open(tmp_path / "lake")
     assert lake.ingest([tmp_path / "in"], config=cfg).ok
-    assert lake.sql("SELECT text, detail FROM docs").rows == [
-        (PROSE_TEXT, "normalise.stripped=9")
-    ]
+    assert lake.sql("SELECT text, detail FROM docs").rows == [(PROSE_TEXT, "normalise.stripped=9")]
     assert [r for (r,) in lake.sql("SELECT reason FROM rejects").rows] == ["filter:utf8"]
     toml = (tmp_path / "lake" / "lakecurate.toml").read_text()
     assert f"normalisation = {config.NORMALISATION_VERSION}\n" in toml
@@ -54,9 +53,8 @@ def test_a_lake_made_under_the_old_rules_keeps_them(tmp_path: Path) -> None:
     lake = Lake.open(tmp_path / "lake")
     assert lake.config().hash == old.hash and lake.config().filters.normalisation == 1
     coloured = f"\x1b[32m{PROSE_TEXT} more\x1b[0m"
-    plain = CONFIG  # the user's config without a version: the lake's own rules still apply
-    given = tmp_path / "plain.toml"
-    given.write_text(plain)
+    given = tmp_path / "plain.toml"  # the user's config, no version: the lake's rules apply
+    given.write_text(CONFIG)
     assert lake.ingest([_write(tmp_path / "in2", "b.jsonl", [coloured])], config=given).ok
     assert lake.sql("SELECT reason FROM documents WHERE id = 'b.jsonl:0'").rows == [
         ("filter:utf8",)

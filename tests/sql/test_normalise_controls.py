@@ -15,7 +15,9 @@ from lakecurate import engine
 from lakecurate.config import NORMALISATION_VERSION
 
 
-def _normalise(texts: list[str | None], version: int = NORMALISATION_VERSION, kind: Any = None):  # type: ignore[no-untyped-def]
+def _normalise(
+    texts: list[str | None], version: int = NORMALISATION_VERSION, kind: str | None = None
+) -> list[tuple[Any, ...]]:
     """(norm, n_stripped) of each text, as the worker's normalise query gives them."""
     records = pa.table(
         {
