@@ -7,12 +7,16 @@
 
 -- name: normalise
 -- $normalisation is the lake's rule version (lakecurate.config.NORMALISATION_VERSION). From 2 on,
--- control characters are extraction noise, not text, so they are removed here rather than the
--- whole document being dropped by `utf8` (issue 17): escape sequences whole (OSC/DCS/SOS/PM/APC
--- strings up to their terminator, CSI `\x1b[...m`, other ESC sequences, lone ESC), overstrike
--- (`_\bW` -> `W`), and every other C0/C1 control except tab and LF; the controls Python's
--- splitlines() breaks lines at (\v \f \x1c-\x1e \x85) become LF, so words do not run together.
--- `n_stripped` counts the characters removed or replaced (reported in `detail`, decide below).
+-- control characters are extraction noise, not text, so they are dealt with here rather than the
+-- whole document being dropped by `utf8` (issue 17): escape sequences are removed whole
+-- (OSC/DCS/SOS/PM/APC strings up to their terminator, CSI `\x1b[...m`, other ESC sequences, a
+-- lone ESC), overstrike pairs keep their last character (`_\bW` -> `W`), every other C0 control
+-- but tab and LF is removed, and the ones Python's splitlines() breaks lines at (\v \f
+-- \x1c-\x1e) become LF so that words do not run together. C1 code points (U+0080-U+009F) are, in
+-- real text, Windows-1252 bytes decoded as Latin-1 (`yesterday\x92s`), so they become their
+-- Windows-1252 characters (’ “ ” – — € ...; as ftfy's fix_c1_controls) and the five it leaves
+-- undefined are removed. `n_stripped` counts the characters removed or replaced (reported in
+-- `detail`, decide below).
 WITH lf AS (
     SELECT *, replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10)) AS lf_text
     FROM records
@@ -21,22 +25,27 @@ WITH lf AS (
         CASE WHEN $normalisation >= 2 AND kind IS NULL
                   AND regexp_matches(lf_text, '[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x{9f}]')
             THEN regexp_replace(lf_text,
-                '(?:\x1b[\]P^_X]|[\x{90}\x{98}\x{9d}-\x{9f}])[^\x07\x1b\x{9c}\n]*(?:\x07|\x1b\\|\x{9c})'
-                || '|(?:\x1b\[|\x{9b})[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]'
+                '\x1b[\]P^_X][^\x07\x1b\n]*(?:\x07|\x1b\\)'
+                || '|\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]'
                 || '|\x1b[\x20-\x2f]*[\x30-\x7e]?'
-                || '|[^\x00-\x1f\x7f-\x{9f}]\x08'
-                || '|[\x00-\x08\x0e-\x1b\x1f\x7f-\x{84}\x{86}-\x{9f}]', '', 'g')
+                || '|[^\x00-\x1f\x7f]\x08'
+                || '|[\x00-\x08\x0e-\x1b\x1f\x7f\x{81}\x{8d}\x{8f}\x{90}\x{9d}]', '', 'g')
         END AS rm_text
     FROM lf
 )
 SELECT * EXCLUDE (lf_text, rm_text),
-    CASE WHEN kind IS NULL THEN regexp_replace(nfc_normalize(
-        coalesce(regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e\x{85}]', chr(10), 'g'), lf_text)),
+    CASE WHEN kind IS NULL THEN regexp_replace(nfc_normalize(coalesce(translate(
+            regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e]', chr(10), 'g'),
+            array_to_string(list_transform([128, 130, 131, 132, 133, 134, 135, 136, 137, 138,
+                139, 140, 142, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 158,
+                159], lambda c: chr(c)), ''),
+            '€‚ƒ„…†‡ˆ‰Š‹ŒŽ‘’“”•–—˜™š›œžŸ'), lf_text)),
         '^[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+|[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+$', '', 'g')
     END AS norm,
-    -- removed characters, plus the line-breaking controls turned into LF
-    coalesce(length(lf_text) - length(regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e\x{85}]', '', 'g')),
-             0) AS n_stripped
+    -- removed characters, plus the ones replaced (line breaks -> LF, C1 -> Windows-1252)
+    coalesce(length(lf_text)
+             - length(regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e\x{80}-\x{9f}]', '', 'g')), 0)
+        AS n_stripped
 FROM removed;
 
 -- name: decide

@@ -40,11 +40,13 @@ def _normalise(
         ("a\x1b[2Kb\x1b[1;1Hc", "abc", 10),  # other CSI finals (erase, cursor)
         ("\x1b]0;title\x07hello", "hello", 10),  # OSC ended by BEL
         ("\x1b]8;;https://x.org\x1b\\link\x1b]8;;\x1b\\", "link", 27),  # OSC 8 ended by ST
-        ("\x9b31mred", "red", 4),  # C1 CSI
         ("\x1b(Bok\x1b", "ok", 4),  # charset escape, lone ESC at the end
         ("_\bW_\bo\bo", "Wo", 6),  # overstrike: underline, bold
-        ("x\x00y\x07z\x7fw\x80v", "xyzwv", 4),  # C0, DEL, C1
-        ("one\x0ctwo\x85three\x0bfour", "one\ntwo\nthree\nfour", 3),  # line breaks -> LF
+        ("x\x00y\x07z\x7fw", "xyzw", 3),  # C0, DEL
+        ("one\x0ctwo\x1ethree\x0bfour", "one\ntwo\nthree\nfour", 3),  # line breaks -> LF
+        # C1 is Windows-1252 read as Latin-1: repaired; its undefined five removed
+        ("yesterday\x92s \x93quote\x94 \x96 dash\x81", "yesterday’s “quote” – dash", 5),
+        ("\x80 5\x85 \x9b", "€ 5… ›", 3),
         ("tab\tand\nnewline kept", "tab\tand\nnewline kept", 0),
         ("\x1b[1m  padded  \x1b[0m", "padded", 8),  # outer whitespace after stripping
         ("no controls at all", "no controls at all", 0),
