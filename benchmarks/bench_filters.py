@@ -242,7 +242,8 @@ def compare(
     with tempfile.TemporaryDirectory() as tmp:
         docs = Path(tmp) / "docs.jsonl"
         rows = con.sql(
-            f"SELECT id, norm FROM ({engine.q('worker.normalise')}) ORDER BY source_line"
+            f"SELECT id, norm FROM ({engine.q('worker.normalise')}) ORDER BY source_line",
+            params={"normalisation": config.NORMALISATION_VERSION},
         ).fetchall()
         with docs.open("w", encoding="utf-8") as f:
             for doc_id, text in rows:

@@ -96,13 +96,16 @@ class Lake:
         keep what the lake's own filters dropped (issue 12, D15).
         """
         cfg = configuration.load(given) if isinstance(given, Path) else given
-        stored = configuration.load(self.paths.config) if self.paths.config.exists() else None
+        stored = self._lake_config()
         if stored is None and self.paths.documents.exists():
             stored = self._config_from_log(cfg)
         if stored is None:
             return cfg or Config()
         if cfg is None:
             return stored
+        if cfg.hash != stored.hash and cfg.filters.normalisation != stored.filters.normalisation:
+            # the lake keeps the rules it was made with (config.NORMALISATION_VERSION)
+            cfg = configuration.rules_of(cfg, stored.hash)
         if cfg.hash != stored.hash:
             raise ConfigError(
                 f"this lake was built with config {stored.hash} ({self.paths.config}); the "
@@ -110,6 +113,22 @@ class Lake:
                 "a new pipeline, or edit the lake's lakecurate.toml knowingly"
             )
         return cfg
+
+    def _lake_config(self) -> Config | None:
+        """The lake's lakecurate.toml. One that does not state its rule version
+        (``normalisation``) was written before the version was recorded: its documents were
+        made with the rules whose config hash the Delta log's commits carry."""
+        if not self.paths.config.exists():
+            return None
+        stored = configuration.load(self.paths.config)
+        text = self.paths.config.read_text(encoding="utf-8")
+        if "normalisation" in tomllib.loads(text) or not self.paths.documents.exists():
+            return stored
+        from lakecurate.lake.delta import DeltaStore
+        from lakecurate.store.rebuild import logged_config
+
+        _, digest = logged_config(DeltaStore(self.paths.documents))
+        return configuration.rules_of(stored, digest) if digest else stored
 
     def _config_from_log(self, given: Config | None) -> Config | None:
         """The config the log names, written back as the lake's lakecurate.toml."""
@@ -121,13 +140,13 @@ class Lake:
         if text is not None:
             stored = configuration.from_dict(tomllib.loads(text))
             atomic.write_text(self.paths.config, text)
-            return stored
+            return configuration.rules_of(stored, digest) if digest else stored
         if digest is None:
             return None
-        if given is not None and given.hash == digest:
-            return given
-        if given is None and Config().hash == digest:
-            return Config()
+        if given is not None and configuration.rules_of(given, digest).hash == digest:
+            return configuration.rules_of(given, digest)
+        if given is None and configuration.rules_of(Config(), digest).hash == digest:
+            return configuration.rules_of(Config(), digest)
         raise ConfigError(
             f"{self.paths.config} is missing and this lake's commits were made with config "
             f"{digest}, which its log does not hold: pass --config with the config the lake "
@@ -430,7 +449,7 @@ class Lake:
         """The lake's lakecurate.toml as it is (None when missing or unreadable): what `status`
         shows, never written back from the log by a read-only command."""
         try:
-            return configuration.load(self.paths.config) if self.paths.config.exists() else None
+            return self._lake_config()
         except ConfigError:
             return None
 

@@ -31,8 +31,14 @@ _UNITS = {
     "GIB": 1024**3,
 }
 
-# Bump when normalisation or hashing of documents changes: old lakes then refuse to mix results.
-NORMALISATION_VERSION = 1
+# The version of the rules that turn a record into a document (normalisation, hashing, language
+# codes). Bump it when they change, and keep the old rule behind the version: a lake records the
+# version it was made with (top-level `normalisation` in its lakecurate.toml, or, for a lake made
+# before that key existed, the config hash in its Delta log; ``Lake.config``) and keeps its rules,
+# so its old and new documents never mix rules. 1: the first rules. 2 (issue 17): control
+# characters and ANSI escapes stripped in normalisation, BCP-47 language codes.
+NORMALISATION_VERSION = 2
+NORMALISATION_VERSIONS = (1, 2)
 
 
 def parse_size(value: object, key: str) -> int:
@@ -309,7 +315,10 @@ class Config:
         Filters, strict gates and input fields appear only when configured, so lakes made
         before they existed keep their hash.
         """
-        out: dict[str, Any] = {"normalisation": NORMALISATION_VERSION, "dedup": asdict(self.dedup)}
+        out: dict[str, Any] = {
+            "normalisation": self.filters.normalisation,
+            "dedup": asdict(self.dedup),
+        }
         if self.input != InputConfig():
             out["input"] = asdict(self.input)
         if self.filters.steps:
@@ -373,12 +382,12 @@ def _seconds(key: str, value: object) -> float:
 def from_dict(data: dict[str, Any]) -> Config:
     """Build a validated ``Config`` from parsed TOML (a top-level ``preset`` resolved first)."""
     data, preset = _resolve_preset(data)
-    sections = {"ingest", "input", "output", "dedup", "near_dedup", *_FILTER_SECTIONS}
-    unknown = sorted(set(data) - sections)
+    sections = {"ingest", "input", "output", "dedup", "near_dedup", "normalisation"}
+    unknown = sorted(set(data) - sections - set(_FILTER_SECTIONS))
     if unknown:
         raise ConfigError(
             f"unknown key [top level].{unknown[0]}; allowed keys: dedup, ingest, input, "
-            "near_dedup, output, preset, " + ", ".join(_FILTER_SECTIONS)
+            "near_dedup, normalisation, output, preset, " + ", ".join(_FILTER_SECTIONS)
         )
     ing = _section(
         "ingest",
@@ -476,11 +485,26 @@ def load(path: Path, preset: str | None = None) -> Config:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
+def with_rules(cfg: Config, version: int) -> Config:
+    """``cfg`` under rule version ``version`` (:data:`NORMALISATION_VERSION`)."""
+    return replace(cfg, filters=replace(cfg.filters, normalisation=version))
+
+
+def rules_of(cfg: Config, digest: str) -> Config:
+    """``cfg`` under the rule version that gives it the config hash ``digest`` (that of a lake's
+    commits), or ``cfg`` as it is when none does."""
+    for version in NORMALISATION_VERSIONS:
+        if with_rules(cfg, version).hash == digest:
+            return with_rules(cfg, version)
+    return cfg
+
+
 def to_toml(cfg: Config) -> str:
     """Serialise a config so that ``load`` gives it back (written into new lakes)."""
     i, d = cfg.ingest, cfg.dedup
     return (
         _preset_note(cfg.preset)
+        + f"normalisation = {cfg.filters.normalisation}\n\n"
         + (
             "[ingest]\n"
             f"chunk_size = {i.chunk_size}\n"
@@ -644,9 +668,15 @@ class StepConfig:
 
 @dataclass(frozen=True)
 class FiltersConfig:
-    """Which filter steps run, in which order; empty (the default) runs none."""
+    """Which filter steps run, in which order; empty (the default) runs none.
+
+    ``normalisation`` is the lake's rule version (:data:`NORMALISATION_VERSION`, top-level key in
+    the TOML). It lives here because the worker's normalise query takes its parameters from the
+    filter pipeline (``steps.filters.pipeline.build``).
+    """
 
     steps: tuple[StepConfig, ...] = ()
+    normalisation: int = NORMALISATION_VERSION
 
     def decision_list(self) -> list[Any]:
         out: list[Any] = []
@@ -762,7 +792,14 @@ def _filters_from_dict(data: dict[str, Any]) -> FiltersConfig:
             )
             params["file"] = ""
         out.append(StepConfig(s, tuple(params.items())))
-    return _check_language_scopes(FiltersConfig(tuple(out)))
+    version = data.get("normalisation", NORMALISATION_VERSION)
+    if version not in NORMALISATION_VERSIONS or isinstance(version, bool):
+        raise ConfigError(
+            f"[top level].normalisation = {version!r}: must be one of "
+            + ", ".join(map(str, NORMALISATION_VERSIONS))
+            + f" (the rule version a lake was made with; new lakes: {NORMALISATION_VERSION})"
+        )
+    return _check_language_scopes(FiltersConfig(tuple(out), version))
 
 
 def _langid_before(steps: tuple[StepConfig, ...], i: int) -> StepConfig | None:

@@ -1,17 +1,52 @@
 -- Within-chunk decisions, run by a worker over the Arrow table `records` of one chunk.
--- Normalise (newlines, NFC, outer whitespace), filter (sql/filters/, chained by
--- lakecurate.filters), hash, drop empties, keep the first of each
--- exact-duplicate group in line order. Lake-wide dedup happens later, in the driver.
+-- Normalise (newlines, control characters, NFC, outer whitespace), filter (sql/filters/, chained
+-- by lakecurate.filters), hash, drop empties, keep the first of each exact-duplicate group in
+-- line order. Lake-wide dedup happens later, in the driver.
 -- Outer whitespace is Python's str.isspace() set: RE2's \s is ASCII only, so without \p{Z} etc. a
 -- text of no-break or ideographic spaces would be kept as a non-empty document.
 
 -- name: normalise
-SELECT *,
-    CASE WHEN kind IS NULL THEN regexp_replace(
-        nfc_normalize(replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10))),
+-- $normalisation is the lake's rule version (lakecurate.config.NORMALISATION_VERSION). From 2 on,
+-- control characters are extraction noise, not text, so they are dealt with here rather than the
+-- whole document being dropped by `utf8` (issue 17): escape sequences are removed whole
+-- (OSC/DCS/SOS/PM/APC strings up to their terminator, CSI `\x1b[...m`, other ESC sequences, a
+-- lone ESC), overstrike pairs keep their last character (`_\bW` -> `W`), every other C0 control
+-- but tab and LF is removed, and the ones Python's splitlines() breaks lines at (\v \f
+-- \x1c-\x1e) become LF so that words do not run together. C1 code points (U+0080-U+009F) are, in
+-- real text, Windows-1252 bytes decoded as Latin-1 (`yesterday\x92s`), so they become their
+-- Windows-1252 characters (’ “ ” – — € ...; as ftfy's fix_c1_controls) and the five it leaves
+-- undefined are removed. `n_stripped` counts the characters removed or replaced (reported in
+-- `detail`, decide below).
+WITH lf AS (
+    SELECT *, replace(replace(text, chr(13) || chr(10), chr(10)), chr(13), chr(10)) AS lf_text
+    FROM records
+), removed AS (
+    SELECT *,
+        CASE WHEN $normalisation >= 2 AND kind IS NULL
+                  AND regexp_matches(lf_text, '[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x{9f}]')
+            THEN regexp_replace(lf_text,
+                '\x1b[\]P^_X][^\x07\x1b\n]*(?:\x07|\x1b\\)'
+                || '|\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]'
+                || '|\x1b[\x20-\x2f]*[\x30-\x7e]?'
+                || '|[^\x00-\x1f\x7f]\x08'
+                || '|[\x00-\x08\x0e-\x1b\x1f\x7f\x{81}\x{8d}\x{8f}\x{90}\x{9d}]', '', 'g')
+        END AS rm_text
+    FROM lf
+)
+SELECT * EXCLUDE (lf_text, rm_text),
+    CASE WHEN kind IS NULL THEN regexp_replace(nfc_normalize(coalesce(translate(
+            regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e]', chr(10), 'g'),
+            array_to_string(list_transform([128, 130, 131, 132, 133, 134, 135, 136, 137, 138,
+                139, 140, 142, 145, 146, 147, 148, 149, 150, 151, 152, 153, 154, 155, 156, 158,
+                159], lambda c: chr(c)), ''),
+            '€‚ƒ„…†‡ˆ‰Š‹ŒŽ‘’“”•–—˜™š›œžŸ'), lf_text)),
         '^[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+|[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+$', '', 'g')
-    END AS norm
-FROM records;
+    END AS norm,
+    -- removed characters, plus the ones replaced (line breaks -> LF, C1 -> Windows-1252)
+    coalesce(length(lf_text)
+             - length(regexp_replace(rm_text, '[\x0b\x0c\x1c-\x1e\x{80}-\x{9f}]', '', 'g')), 0)
+        AS n_stripped
+FROM removed;
 
 -- name: decide
 -- Reads `filtered`: the normalised records after the filter pipeline (lakecurate.filters), with
@@ -41,7 +76,9 @@ SELECT
         WHEN t = '' THEN 'filter:empty'
         WHEN $exact AND dup_rank > 1 THEN 'exact_dup'
     END AS reason,
-    f_detail AS detail,
+    -- a filter's failing value; else what normalisation stripped (docs/filters.md)
+    coalesce(f_detail, CASE WHEN n_stripped > 0 THEN 'normalise.stripped=' || n_stripped END)
+        AS detail,
     error,
     CASE WHEN alive AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
     NULL::BIGINT AS cluster_id,

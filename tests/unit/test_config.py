@@ -267,7 +267,17 @@ PINNED_HASHES = [
 
 @pytest.mark.parametrize(("data", "expected"), PINNED_HASHES)
 def test_near_dedup_config_hash_is_pinned(data: dict[str, object], expected: str) -> None:
-    assert config.from_dict(data).hash == expected
+    # Pinned under rule version 1: a lake made then keeps its rules and so its hash.
+    assert config.from_dict({**data, "normalisation": 1}).hash == expected
+    assert config.rules_of(config.from_dict(data), expected).hash == expected
+
+
+def test_rule_version_2_has_its_own_pinned_hash() -> None:
+    assert config.NORMALISATION_VERSION == 2
+    assert config.from_dict({}).hash == "99ce1db275c878a5"
+    assert config.from_dict({"normalisation": 2}).hash == "99ce1db275c878a5"
+    with pytest.raises(ConfigError, match="normalisation = 3: must be one of 1, 2"):
+        config.from_dict({"normalisation": 3})
 
 
 @pytest.mark.parametrize(

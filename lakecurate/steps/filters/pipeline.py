@@ -95,7 +95,7 @@ def _args(
         expr = f"${name}"
         if key == "min_stop_words" and lang_known and step.param("stop_words_languages"):
             out[f"p{k}_swl"] = list(step.param("stop_words_languages"))
-            expr = f"CASE WHEN list_contains($p{k}_swl, lang) THEN {expr} ELSE 0 END"
+            expr = f"CASE WHEN lc_lang_in(lang, $p{k}_swl, $normalisation) THEN {expr} ELSE 0 END"
         parts.append(f"{key} := {expr}")
     return "".join(", " + p for p in parts)
 
@@ -107,7 +107,7 @@ def _alive(k: int, step: StepConfig, out: dict[str, Any]) -> str:
     if not languages:
         return _ALIVE
     out[f"p{k}_languages"] = list(languages)
-    return f"{_ALIVE} AND list_contains($p{k}_languages, lang)"
+    return f"{_ALIVE} AND lc_lang_in(lang, $p{k}_languages, $normalisation)"
 
 
 def _page(k: int, prev: str, call: str, alive: str = _ALIVE) -> str:
@@ -120,8 +120,9 @@ def _page(k: int, prev: str, call: str, alive: str = _ALIVE) -> str:
 
 
 def build(cfg: FiltersConfig) -> Pipeline:
-    """Chain the configured steps into CTEs s0..sN over `normalised`."""
-    p = Pipeline(sql="")
+    """Chain the configured steps into CTEs s0..sN over `normalised`. The rule version
+    (``$normalisation``) is bound here because the worker's normalisation reads it too."""
+    p = Pipeline(sql="", params={"normalisation": cfg.normalisation})
     ctes = [
         "s0 AS (SELECT *, norm AS t, NULL::INTEGER AS f_step, NULL::VARCHAR AS f_detail, "
         "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score FROM normalised)"
@@ -175,12 +176,15 @@ def build(cfg: FiltersConfig) -> Pipeline:
                 f"s{k}_l AS (SELECT *, CASE WHEN {_ALIVE} THEN lc_langid(left(t, "
                 f"$p{k}_max_chars)) END AS r FROM {prev})"
             )
+            # pycld2's code becomes the lake's; the macro sees the `keep` entry covering it
+            code = "lc_lang_code(r.lang, $normalisation)"
+            scope = f"lc_lang_scope({code}, $p{k}_keep, $normalisation)"
             ctes.append(
                 f"s{k} AS (SELECT * EXCLUDE (r, d) REPLACE ("
                 f"CASE WHEN d IS NOT NULL THEN {idx} ELSE f_step END AS f_step, "
-                f"coalesce(f_detail, d) AS f_detail, coalesce(r.lang, lang) AS lang, "
+                f"coalesce(f_detail, d) AS f_detail, coalesce({code}, lang) AS lang, "
                 f"coalesce(r.score, lang_score) AS lang_score) FROM (SELECT *, "
-                f"CASE WHEN r IS NOT NULL THEN {macro}(r.lang, r.score{args}) END AS d "
+                f"CASE WHEN r IS NOT NULL THEN {macro}({scope}, r.score{args}) END AS d "
                 f"FROM s{k}_l))"
             )
             lang_known = True
