@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -563,9 +564,29 @@ def test_reject_errors_are_readable(hostile: tuple[Path, Path, Any]) -> None:
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not there")
 
 
+# Rule version 2 (docs/usage.md, sql/worker/decide.sql `normalise`), written again in Python as
+# this test's oracle: escape sequences and C0 controls but tab and LF removed, line-breaking
+# controls made LF, C1 code points read as Windows-1252.
+_ESCAPES = re.compile(
+    r"\x1b[\]P^_X][^\x07\x1b\n]*(?:\x07|\x1b\\)|\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"
+    r"|\x1b[\x20-\x2f]*[\x30-\x7e]?|[^\x00-\x1f\x7f]\x08"
+    r"|[\x00-\x08\x0e-\x1b\x1f\x7f\x81\x8d\x8f\x90\x9d]"
+)
+_BREAKS = re.compile(r"[\x0b\x0c\x1c-\x1e]")
+_C1 = {
+    c: bytes([c]).decode("cp1252")
+    for c in range(0x80, 0xA0)
+    if c not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+}
+
+
 def _normalised(s: str) -> str:
-    """docs/usage.md: CRLF/CR -> LF, NFC, outer whitespace (str.isspace) trimmed."""
-    return unicodedata.normalize("NFC", s.replace("\r\n", "\n").replace("\r", "\n")).strip()
+    """docs/usage.md: CRLF/CR -> LF, controls (rule version 2), NFC, outer whitespace
+    (str.isspace) trimmed."""
+    s = s.replace("\r\n", "\n").replace("\r", "\n")
+    if re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]", s):
+        s = _BREAKS.sub("\n", _ESCAPES.sub("", s)).translate(_C1)
+    return unicodedata.normalize("NFC", s).strip()
 
 
 @needs_shared
