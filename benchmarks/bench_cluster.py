@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_driver import write_input
-from common import loadavg, save
+from common import loadavg, save, table_fingerprint
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_cluster.json"
 REPO = Path(__file__).resolve().parents[1]
@@ -48,19 +48,6 @@ def ingest(data: Path, lake: Path, cfg: Path, extra: list[str]) -> float:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return time.perf_counter() - started
-
-
-def fingerprint(lake: Path) -> tuple[object, ...]:
-    from lakecurate.api import Lake
-
-    return tuple(
-        Lake.open(lake)
-        .sql(
-            "SELECT count(*), bit_xor(hash(chunk_key, source_line, id, content_hash, kept, "
-            "reason, dup_of, cluster_id, text)) FROM documents"
-        )
-        .rows[0]
-    )
 
 
 def task_round_trip(address: str, n: int = 200) -> float:
@@ -116,7 +103,7 @@ def main() -> None:
                 for way, extra in ways.items():
                     lake = work / f"lake-{way}-{run}"
                     walls[way].append(ingest(data, lake, cfg, extra))
-                    prints[way] = fingerprint(lake)
+                    prints[way] = table_fingerprint(lake)
             trip = task_round_trip(cluster.address)
         finally:
             cluster.shutdown()

@@ -12,7 +12,7 @@ process group, as a power cut) when the worker starts the middle chunk, and resu
 command: how many chunks were processed twice (``attempts > 1``), and whether the table equals
 the clean run's. Targets: worker peak RSS <= 1 GiB; only the chunks in flight are redone.
 A child inherits its parent's ``ru_maxrss`` across fork and exec: the ingests run before anything
-here grows.
+here grows, and tables are compared by ``common.table_fingerprint``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 import zstandard
 from bench_driver import write_input
-from common import loadavg, save
+from common import loadavg, save, table_fingerprint
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_compressed.json"
 
@@ -88,22 +88,6 @@ def ingest(data: Path, lake: Path, cfg: Path, workers: int, fault: str = "") -> 
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def fingerprint(lake: Path) -> tuple[object, ...]:
-    """The table's rows (every column but run ids and times) as a count and an XOR of row
-    hashes, computed in DuckDB: materialising 2 GB of text here would inflate the peak RSS
-    the next ingest reports (a child inherits ``ru_maxrss`` across fork and exec)."""
-    from lakecurate.api import Lake
-
-    return tuple(
-        Lake.open(lake)
-        .sql(
-            "SELECT count(*), bit_xor(hash(chunk_key, source_line, id, content_hash, kept, "
-            "reason, dup_of, cluster_id, text)) FROM documents"
-        )
-        .rows[0]
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=2000)
@@ -146,7 +130,8 @@ def main() -> None:
                     "killed_when_starting_chunk": middle,
                     "resumed": resumed,
                     "chunks_processed_twice": sorted(k for k, n in attempts if n > 1),
-                    "equals_clean_run": fingerprint(killed) == fingerprint(work / "lake-zst"),
+                    "equals_clean_run": table_fingerprint(killed)
+                    == table_fingerprint(work / "lake-zst"),
                 }
                 print("kill", json.dumps(result["kill"]), flush=True)
                 shutil.rmtree(killed)

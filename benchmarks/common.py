@@ -26,3 +26,19 @@ def save(result: dict[str, Any], out: Path) -> None:
     print(json.dumps(result, indent=2))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def table_fingerprint(lake: Path) -> tuple[object, ...]:
+    """A lake's rows (every column but run ids and times) as a count and an XOR of row hashes,
+    computed in DuckDB: comparing two lakes' tables without holding their text here (a child
+    process inherits its parent's ``ru_maxrss`` across fork and exec)."""
+    from lakecurate.api import Lake
+
+    return tuple(
+        Lake.open(lake)
+        .sql(
+            "SELECT count(*), bit_xor(hash(chunk_key, source_line, id, content_hash, kept, "
+            "reason, dup_of, cluster_id, text)) FROM documents"
+        )
+        .rows[0]
+    )

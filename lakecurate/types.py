@@ -130,6 +130,10 @@ class PlanOrder:
     chunk_size: int
 
 
+TaskOrder = WorkOrder | FinaliseOrder | PlanOrder
+"""What an executor ships to a worker (``ingest.worker.run_order``)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How one attempt at a chunk (or at its finalise, or at planning an input: ``key`` is then

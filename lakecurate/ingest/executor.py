@@ -24,8 +24,8 @@ from typing import Any
 
 from lakecurate import faults
 from lakecurate.errors import WorkerStartError
-from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk, progress
-from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
+from lakecurate.ingest.worker import progress, run_order
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, TaskOrder, WorkOrder
 
 BEAT_SECONDS = 1.0
 STILLBORN_POOLS = 3
@@ -63,27 +63,20 @@ FINALISE = "\0finalise"
 PLAN = "\0plan"
 """Appended to an input's path: the task id of its planning."""
 
-Order = WorkOrder | FinaliseOrder | PlanOrder
-
 
 def _is_chunk(task: str) -> bool:
     """A chunk's processing (whose beats carry progress and go into the state)."""
     return "\0" not in task
 
 
-def _run(task: str, spec: ChunkSpec | None, order: Order) -> Any:
+def _run(task: str, spec: ChunkSpec | None, order: TaskOrder) -> Any:
     """A chunk's processing, its finalise or an input's planning, with the heartbeat on: the
     first beat goes out before any work."""
     global _current, _started  # noqa: PLW0603
     _current, _started = task, time.monotonic()  # one clock for all processes
     _beats.put((task, os.getpid(), _started, 0.0))
     try:
-        if isinstance(order, FinaliseOrder):
-            return finalise_chunk(order)
-        if isinstance(order, PlanOrder):
-            return plan_input(order)
-        assert spec is not None
-        return process_chunk(spec, order)
+        return run_order(order, spec)
     finally:
         _current = None
 
@@ -146,7 +139,7 @@ class LocalExecutor:
     def plan(self, order: PlanOrder) -> None:
         self._submit(order.path + PLAN, None, order)
 
-    def _submit(self, task: str, spec: ChunkSpec | None, order: Order) -> None:
+    def _submit(self, task: str, spec: ChunkSpec | None, order: TaskOrder) -> None:
         try:
             future = self._ensure().submit(_run, task, spec, order)
         except BrokenProcessPool:  # broke since the last collect: not this task's fault

@@ -15,6 +15,7 @@ lake, and what pointed at them be decided again, before anything is decided agai
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,8 +179,9 @@ class Planner:
     ) -> None:
         self.plan, self.chunk_size, self.state = plan, chunk_size, state
         self.supersede, self.run_id, self.reporter = supersede, run_id, reporter
-        self.unsent = list(plan.pending)  # in key order: not handed to a worker yet
-        self.unplanned = {p.path: p for p in plan.pending}  # not back yet
+        self.unsent = deque(plan.pending)  # in key order: not handed to a worker yet
+        self.unplanned = {p.path: p for p in plan.pending}  # not back yet, in key order
+        self.replacing = sum(p.replaces for p in plan.pending)  # of them, ones with old chunks
         self.formats = {p.path: p.format for p in plan.pending}
         self.rows_superseded = 0
         self.total = plan.files
@@ -190,14 +192,15 @@ class Planner:
 
     def barrier(self) -> str | None:
         """No chunk whose key sorts at or after this may be decided yet (None: any may)."""
-        if any(p.replaces for p in self.unplanned.values()):
+        if self.replacing:
             return ""
-        return min((p.prefix for p in self.unplanned.values()), default=None)
+        first = next(iter(self.unplanned.values()), None)  # the smallest prefix: key order
+        return None if first is None else first.prefix
 
     def cut(self, path: str, sha: str, specs: list[ChunkSpec]) -> list[ChunkSpec]:
         """A worker's cut of ``path`` joins the plan; returns its chunks still to do (the
         others were committed by an earlier run, or are DEAD)."""
-        p = self.unplanned.pop(path)
+        p = self._done(path)
         source = SourceRecord(path, p.format, p.stat, sha, self.chunk_size)
         delta = self.plan.add(path, p.old, specs, source)
         if delta.superseded:  # only an input that had chunks: the barrier held every decision
@@ -209,8 +212,13 @@ class Planner:
 
     def failed(self, path: str, message: str) -> None:
         """``path`` could not be planned: reported, its chunks in the lake left as they are."""
-        self.unplanned.pop(path)
+        self._done(path)
         self.plan.file_errors.append(message)
+
+    def _done(self, path: str) -> Pending:
+        p = self.unplanned.pop(path)
+        self.replacing -= p.replaces
+        return p
 
 
 def _departed(

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakecurate.errors import UsageError
-from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk
-from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
+from lakecurate.ingest.worker import run_order
+from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, TaskOrder, WorkOrder
 
 INSTALL = "pip install 'lakecurate[ray]'"
 SYSTEM_RETRIES = 3
@@ -38,16 +38,6 @@ def require_ray() -> Any:
             f"--executor ray needs the Ray package, which is not installed: {INSTALL}"
         ) from exc
     return ray
-
-
-def _task(order: WorkOrder | FinaliseOrder | PlanOrder, spec: ChunkSpec | None) -> Any:
-    """What runs on a Ray worker: the worker functions of the local pool, unchanged."""
-    if isinstance(order, FinaliseOrder):
-        return finalise_chunk(order)
-    if isinstance(order, PlanOrder):
-        return plan_input(order)
-    assert spec is not None
-    return process_chunk(spec, order)
 
 
 @dataclass
@@ -74,7 +64,7 @@ class RayExecutor:
             )
         cpus = int(ray.cluster_resources().get("CPU", 0))
         self.workers = max(1, workers or cpus)
-        self._remote = ray.remote(max_retries=SYSTEM_RETRIES, retry_exceptions=False)(_task)
+        self._remote = ray.remote(max_retries=SYSTEM_RETRIES, retry_exceptions=False)(run_order)
         self._tasks: dict[Any, _Task] = {}  # ObjectRef -> what it is
         self._stopped: dict[Any, str] = {}  # cancelled ObjectRef -> why
 
@@ -88,7 +78,7 @@ class RayExecutor:
     def plan(self, order: PlanOrder) -> None:
         self._go(_Task(order.path, "plan", time.monotonic()), order, None)
 
-    def _go(self, task: _Task, order: Any, spec: ChunkSpec | None) -> None:
+    def _go(self, task: _Task, order: TaskOrder, spec: ChunkSpec | None) -> None:
         self._tasks[self._remote.remote(order, spec)] = task
 
     def inflight(self) -> int:

@@ -230,7 +230,7 @@ class Scheduler:
         room = 2 * self.executor.workers
         while self.executor.inflight() + len(going) < room:
             if self.planner.unsent and len(self.queue) < room:
-                self._plan_order(self.planner.order(self.planner.unsent.pop(0).path))
+                self._plan_order(self.planner.order(self.planner.unsent.popleft().path))
                 continue
             if not self.queue:
                 break

@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import asdict
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow.compute as pc
@@ -39,7 +40,15 @@ from lakecurate.lake.files import write_data_files
 from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
 from lakecurate.steps.near.signatures import add_signatures
-from lakecurate.types import ChunkResult, ChunkSpec, DataFile, FinaliseOrder, PlanOrder, WorkOrder
+from lakecurate.types import (
+    ChunkResult,
+    ChunkSpec,
+    DataFile,
+    FinaliseOrder,
+    PlanOrder,
+    TaskOrder,
+    WorkOrder,
+)
 
 
 class ChunkProgress:
@@ -176,3 +185,14 @@ def plan_input(order: PlanOrder) -> tuple[str, list[ChunkSpec]]:
     do, so that it only lists and stats inputs (issue 14)."""
     faults.hit("plan", order.path)
     return plan_file(order.path, order.format, order.chunk_size)
+
+
+def run_order(order: TaskOrder, spec: ChunkSpec | None) -> Any:
+    """The one entry point every executor ships: a chunk's processing (``spec`` with its
+    ``WorkOrder``), its finalise, or an input's planning."""
+    if isinstance(order, FinaliseOrder):
+        return finalise_chunk(order)
+    if isinstance(order, PlanOrder):
+        return plan_input(order)
+    assert spec is not None
+    return process_chunk(spec, order)

@@ -463,6 +463,19 @@ def test_compressed_chunk_past_the_limit_is_a_permanent_error(tmp_path: Path, fm
     assert "split or recompress it into smaller shards, or raise the setting" in msg
 
 
+def _rss_growth(script: str, path: Path) -> tuple[str, int]:
+    """Run ``script`` on ``path`` in a fresh interpreter: its output, and the bytes its peak RSS
+    grew by (the script prints ``grew N`` last)."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done.stdout, int(done.stdout.rsplit("grew ", 1)[1])
+
+
 _BOUNDED_READ = """
 import resource, sys
 from lakecurate.ingest import chunking, cutting, reader as io
@@ -498,15 +511,8 @@ def test_a_compression_bomb_is_refused_without_being_held(
         for _ in range(32):  # gzip members and zstd frames concatenate into one stream
             f.write(member)
     assert path.stat().st_size < 8 << 20
-    done = subprocess.run(
-        [sys.executable, "-c", _BOUNDED_READ, str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert f"refused: {path} decompresses to more than" in done.stdout, done.stdout
-    grew = int(done.stdout.rsplit("grew ", 1)[1])
+    out, grew = _rss_growth(_BOUNDED_READ, path)
+    assert f"refused: {path} decompresses to more than" in out, out
     assert grew < 64 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
 
 
@@ -563,16 +569,9 @@ def test_reading_the_last_slice_holds_only_that_slice(tmp_path: Path, fmt: str) 
     with path.open("wb") as f:
         for _ in range(8):
             f.write(member)
-    done = subprocess.run(
-        [sys.executable, "-c", _SLICE_READ, str(path)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    slices = int(done.stdout.split("slices ", 1)[1].split()[0])
-    assert slices >= 30, done.stdout
-    grew = int(done.stdout.rsplit("grew ", 1)[1])
+    out, grew = _rss_growth(_SLICE_READ, path)
+    slices = int(out.split("slices ", 1)[1].split()[0])
+    assert slices >= 30, out
     assert grew < 48 << 20, f"peak RSS grew by {grew / 2**20:.0f} MiB"
 
 
