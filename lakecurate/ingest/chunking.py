@@ -83,7 +83,7 @@ def is_lake(folder: str) -> bool:
     """A lakecurate lake, or a Delta table (a lake's ``documents/``, or anyone's)."""
     lake = LakePaths(Path(folder))
     return os.path.isdir(os.path.join(folder, "_delta_log")) or (
-        lake.state.is_file() and lake.documents.is_dir()
+        lake.state.is_file() and os.path.isdir(lake.documents.uri)
     )
 
 

@@ -45,6 +45,7 @@ from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.lock import LakeLock
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import resync
@@ -387,7 +388,7 @@ def _check_log(delta: DeltaStore, paths: LakePaths, report: VerifyReport, repair
     except LakeError as exc:
         if not damage:
             report.problems.append(one_line(exc))
-        report.unrepairable.append(str(delta.path))
+        report.unrepairable.append(str(delta.loc))
         return False
     return True
 
@@ -441,7 +442,7 @@ def _verify(
     table_ok = readable and not report.unrepairable
     untracked = delta.untracked_files() if table_ok else []
     report.problems += [f"orphan data file (no version names it): {p}" for p in untracked]
-    stale: list[Path] = []
+    stale: list[Location] = []
     if state is not None:
         try:
             if table_ok:  # the table cannot be scanned with files missing
@@ -504,9 +505,13 @@ def _verify(
         f"re-derived the state from the table: {out.chunks_in_table} chunk(s) SUCCESS, "
         f"{len(out.requeued)} re-queued, {out.commits_added} commit(s) recorded"
     )
-    for what, files in (("temp", temps), ("orphan data", untracked), ("stale staged", stale)):
+    for what, files in (
+        ("temp", [Location.of(p) for p in temps]),
+        ("orphan data", untracked),
+        ("stale staged", stale),
+    ):
         for p in files:
-            p.unlink(missing_ok=True)
+            p.delete()
         if files:
             report.repaired.append(f"removed {len(files)} {what} file(s)")
     _repair_bands(state, delta, cfg, SignatureFiles(paths.signatures), report)

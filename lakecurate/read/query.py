@@ -36,6 +36,7 @@ from lakecurate.errors import (
 )
 from lakecurate.lake.lock import reading
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,7 +92,7 @@ def parse_as_of(as_of: str | datetime.datetime) -> int:
 
 
 def resolve_version(
-    documents: Path, version: int | None = None, as_of: str | datetime.datetime | None = None
+    documents: Location, version: int | None = None, as_of: str | datetime.datetime | None = None
 ) -> int | None:
     """The Delta version a reader binds to: ``version``, the one current at ``as_of``, or the
     latest (None before the first commit). A version or time that does not exist raises one
@@ -109,7 +110,7 @@ def resolve_version(
 
 def open_reader(
     state_path: Path,
-    documents: Path,
+    documents: Location,
     version: int | None = None,
     as_of: str | datetime.datetime | None = None,
     *,
@@ -157,11 +158,13 @@ def open_reader(
     return con
 
 
-def files_view(con: duckdb.DuckDBPyConnection, documents: Path, files: Sequence[str]) -> None:
+def files_view(con: duckdb.DuckDBPyConnection, documents: Location, files: Sequence[str]) -> None:
     """A ``documents`` view over the given data files of the table (their ``kept`` partition
     from the path): enough for the breakdowns `status` shows, with no Arrow loaded. The view
     reads when queried, so the table's folder stays readable once external access is off."""
-    con.execute(engine.q("report.allow_folder"), {"folders": [f"{documents.resolve()}{os.sep}"]})
+    con.execute(
+        engine.q("report.allow_folder"), {"folders": [f"{documents.local.resolve()}{os.sep}"]}
+    )
     rel = con.read_parquet(list(files), hive_partitioning=True, union_by_name=True)
     rel.create_view("documents_files")
     con.execute(engine.q("report.files_view"))
@@ -183,7 +186,7 @@ def shorten_paths(res: QueryResult, column: str) -> QueryResult:
 
 def reader_version(
     state_path: Path,
-    documents: Path,
+    documents: Location,
     version: int | None = None,
     as_of: str | datetime.datetime | None = None,
 ) -> int | None:
@@ -286,7 +289,7 @@ def _empty() -> pa.Table:
 
 
 def register_documents(
-    con: duckdb.DuckDBPyConnection, name: str, documents: Path, version: int | None
+    con: duckdb.DuckDBPyConnection, name: str, documents: Location, version: int | None
 ) -> None:
     """Make ``name`` the documents of ``version`` in ``con`` (empty before the first commit).
 
@@ -301,7 +304,7 @@ def register_documents(
         con.register(name, _empty())
         return
     try:
-        plain, views = _split_by_string_type(_native_local(ds, documents))
+        plain, views = _split_by_string_type(_native(ds, documents))
     except OSError as exc:  # a data file whose footer cannot be read
         raise damaged_table(exc) from exc
     if views is None:
@@ -352,7 +355,7 @@ def _split_by_string_type(ds: pds.Dataset) -> tuple[pds.Dataset, pds.Dataset | N
     )
 
 
-def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
+def _dataset(documents: Location, bound: int | None) -> pds.Dataset | None:
     """The dataset of one version; an old one is checked to still have its files."""
     if bound is None:
         return None  # no commit yet
@@ -369,8 +372,8 @@ def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
         raise LakeError(f"cannot read version {bound} of {documents}: {exc}") from exc
 
 
-def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
-    """``ds`` with its Parquet files read through Arrow's own local filesystem.
+def _native(ds: pds.Dataset, root: Location) -> pds.Dataset:
+    """``ds`` with its Parquet files read through Arrow's own filesystem (local or S3).
 
     deltalake's dataset reads through a filesystem implemented in Python (a ``PyFileSystem``
     over its ``DeltaStorageHandler``). When DuckDB stops a scan early (``LIMIT``), Arrow's
@@ -378,8 +381,9 @@ def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
     shuts down, and the process segfaults, aborts or hangs *after* printing the right answer
     (``lakecurate sql "SELECT * FROM docs LIMIT 3"`` exited 134/139 or hung most of the time).
     The native filesystem has no Python in the read path. Same fragments, schema and partition
-    expressions (they carry the file statistics used for pruning); a dataset that is not plain
-    local files is returned unchanged. (The natural home of this is ``DeltaStore.dataset``.)
+    expressions (they carry the file statistics used for pruning); a dataset whose files are
+    not named relative to the table is returned unchanged. (The natural home of this is
+    ``DeltaStore.dataset``.)
     """
     import pyarrow.dataset as pds
     import pyarrow.fs as pafs
@@ -391,7 +395,7 @@ def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
     fragments = list(ds.get_fragments())
     if any("://" in f.path for f in fragments):
         return ds
-    fs = pafs.SubTreeFileSystem(str(root.resolve()), pafs.LocalFileSystem())
+    fs = pafs.SubTreeFileSystem(root.fs_path, root.fs)
     fmt = ds.format
     return pds.FileSystemDataset(
         [

@@ -61,7 +61,7 @@ def write_session(
     it however the session ends."""
     if create:
         paths.root.mkdir(parents=True, exist_ok=True)
-        paths.staging.mkdir(exist_ok=True)
+        paths.staging.makedirs()
     else:
         paths.require_state(command)
     with LakeLock.acquire(paths.lock, command) as lock:
