@@ -278,7 +278,7 @@ class Lake:
         try:
             by_file = by_language = storage = query.QueryResult([], [])
             if files:
-                storage = query.run(con, engine.q("state.storage"), {"files": files})
+                storage = query.run(con, engine.q("state.storage"))
                 by_file = query.shorten_paths(
                     query.run(con, engine.q("report.by_file"), {"limit": 20}), "file"
                 )

@@ -146,9 +146,11 @@ def _bad_file(
 
 def _file_keys(path: str) -> list[str]:
     """The chunk keys stored in a data file, when at least that column still reads."""
+    loc = Location.of(path)
     try:
+        rows = pq.read_table(loc.fs_path, columns=["chunk_key"], filesystem=loc.fs)
         return sorted(
-            pc.unique(pq.read_table(path, columns=["chunk_key"])["chunk_key"])
+            pc.unique(rows["chunk_key"])
             .drop_null()
             .to_pylist()
         )
@@ -178,24 +180,25 @@ def _check_files(delta: DeltaStore, report: VerifyReport, deep: bool) -> None:
 
 def _file_problem(f: dict[str, Any], con: duckdb.DuckDBPyConnection | None) -> str | None:
     """Why one data file is bad ("missing", "unreadable (...)", "damaged (...)"), or None."""
-    path = f["path"]
-    if not os.path.exists(path):
+    loc = Location.of(f["path"])
+    if loc.stat() is None:
         return "missing"
     rows = bad = 0
     try:
         if con is None:
-            pq.read_metadata(path)
+            pq.read_metadata(loc.fs_path, filesystem=loc.fs)
             return None
-        parquet = pq.ParquetFile(path)
-        for i in range(parquet.num_row_groups):  # one row group in memory at a time
-            group = parquet.read_row_group(i)
-            group.validate(full=True)
-            rows += group.num_rows
-            con.register("file_rows", group)
-            try:
-                bad += con.execute(engine.q("verify.text_hash_mismatches")).fetchall()[0][0]
-            finally:
-                con.unregister("file_rows")
+        with loc.open() as file:
+            parquet = pq.ParquetFile(file)
+            for i in range(parquet.num_row_groups):  # one row group in memory at a time
+                group = parquet.read_row_group(i)
+                group.validate(full=True)
+                rows += group.num_rows
+                con.register("file_rows", group)
+                try:
+                    bad += con.execute(engine.q("verify.text_hash_mismatches")).fetchall()[0][0]
+                finally:
+                    con.unregister("file_rows")
     except _READ_ERRORS as exc:
         return f"unreadable ({one_line(exc) or type(exc).__name__})"
     if f["rows"] is not None and rows != int(f["rows"]):

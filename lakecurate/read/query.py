@@ -149,7 +149,7 @@ def open_reader(
             register_documents(con, "documents_dataset", documents, bound)
             con.execute(engine.q("views.create"))
         elif files:
-            files_view(con, documents, files)
+            files_view(con, documents, files, done)
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -158,16 +158,51 @@ def open_reader(
     return con
 
 
-def files_view(con: duckdb.DuckDBPyConnection, documents: Location, files: Sequence[str]) -> None:
+def files_view(
+    con: duckdb.DuckDBPyConnection, documents: Location, files: Sequence[str], bound: int | None
+) -> None:
     """A ``documents`` view over the given data files of the table (their ``kept`` partition
-    from the path): enough for the breakdowns `status` shows, with no Arrow loaded. The view
-    reads when queried, so the table's folder stays readable once external access is off."""
+    from the path), and ``file_footers``, their column chunks: enough for what `status`
+    shows, with no Arrow loaded. The view reads when queried, so the table's folder stays
+    readable once external access is off. DuckDB reads local files only (its S3 support is an
+    extension downloaded at run time): on object storage Arrow reads version ``bound``."""
+    if not documents.is_local:
+        register_documents(con, "documents_dataset", documents, bound)
+        con.execute(engine.q("views.create"))
+        con.register("file_footers", _footers(files))
+        return
     con.execute(
         engine.q("report.allow_folder"), {"folders": [f"{documents.local.resolve()}{os.sep}"]}
     )
     rel = con.read_parquet(list(files), hive_partitioning=True, union_by_name=True)
     rel.create_view("documents_files")
     con.execute(engine.q("report.files_view"))
+    con.execute(engine.q("report.footers_view"), {"files": list(files)})
+
+
+def _footers(files: Sequence[str]) -> pa.Table:
+    """What DuckDB's ``parquet_metadata`` gives ``file_footers``, read by Arrow: one row per
+    column chunk of each file (name, column, values, compressed bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for name in files:
+        loc = Location.of(name)
+        meta = pq.read_metadata(loc.fs_path, filesystem=loc.fs)
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                col = meta.row_group(g).column(c)
+                rows.append((name, col.path_in_schema, col.num_values, col.total_compressed_size))
+    schema = pa.schema(
+        [
+            ("file_name", pa.string()),
+            ("path_in_schema", pa.string()),
+            ("num_values", pa.int64()),
+            ("total_compressed_size", pa.int64()),
+        ]
+    )
+    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
 
 
 def shorten_paths(res: QueryResult, column: str) -> QueryResult:

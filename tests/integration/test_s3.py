@@ -84,3 +84,44 @@ def test_an_unreachable_store_says_what_to_check(
         LakeError, match=r"cannot reach the lake s3://bucket/lake: .*AWS_ENDPOINT_URL"
     ):
         Lake.open("s3://bucket/lake", state_dir=tmp_path)
+
+
+def test_every_command_works_on_an_s3_lake(
+    corpus: Path, small_cfg: Path, s3: S3Server, tmp_path: Path
+) -> None:
+    """status, sql with time travel, history, diff, explain, export, report, retry, restore,
+    compact, checkpoint, vacuum and verify on a lake that lives on object storage."""
+    uri = f"s3://{s3.bucket()}/lake"
+    lake = Lake.open(uri)
+    books = corpus / "web_a.jsonl"
+    assert lake.ingest([books], config=small_cfg, workers=1).ok
+    first = lake.sql("SELECT max(delta_version) FROM chunks").rows[0][0]
+    assert lake.ingest([corpus], workers=2).ok
+    latest = lake.sql("SELECT count(*) FROM documents").rows[0][0]
+    assert lake.sql("SELECT count(*) FROM documents", version=first).rows[0][0] < latest
+
+    status = lake.status()
+    assert status.by_status.rows and status.storage.rows  # the data files' footers, on S3
+    assert sum(r[1] for r in status.storage.rows) == latest
+    history = lake.history()
+    assert len(history.rows) >= 2
+    assert lake.diff(first, first + 1).rows
+    (doc_id,) = lake.sql("SELECT id FROM docs ORDER BY id LIMIT 1").rows[0]
+    assert lake.explain(doc_id).occurrences.rows
+    manifest = lake.export(None, tmp_path / "export")
+    assert manifest.rows == lake.sql("SELECT count(*) FROM docs").rows[0][0]
+    assert lake.report(tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert lake.retry() == []  # nothing DEAD
+
+    compacted = lake.compact()
+    assert compacted.files_after < compacted.files_before and compacted.rows == latest
+    assert lake.checkpoint() == compacted.version_after
+    dry = lake.vacuum(dry_run=True, retention_hours=0, force=True)
+    assert dry.files and dry.bytes > 0  # the files compaction replaced
+    done = lake.vacuum(dry_run=False, retention_hours=0, force=True)
+    assert sorted(done.files) == sorted(dry.files)
+    report = lake.verify(deep=True)
+    assert report.problems == [] and report.files_checked > 0
+    restored = lake.restore(compacted.version_after)
+    assert lake.sql("SELECT count(*) FROM documents").rows[0][0] == latest
+    assert restored > compacted.version_after
