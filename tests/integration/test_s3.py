@@ -5,11 +5,12 @@ command on it, and a lake taken over from object storage alone."""
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 from pathlib import Path
 
 import pytest
-from helpers import assert_lake_consistent, lake_rows
+from helpers import assert_lake_consistent, lake_rows, log_chunk_versions, run_lakecurate
 from s3server import S3Server
 
 from lakecurate import Lake
@@ -61,6 +62,44 @@ def test_the_state_is_recovered_from_the_lake(
     assert lake.sql("SELECT count(*) FROM chunks WHERE status = 'SUCCESS'").rows == [
         (len({r[0] for r in small_reference}),)
     ]
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        "staged_write:kill:web_a_00003",  # a staged file being uploaded
+        "after_delta_commit:kill:web_a_00002",  # the group is in the log, not in the state
+        pytest.param("before_delta_commit:kill:web_a_00001", marks=pytest.mark.slow),
+    ],
+)
+def test_a_killed_driver_resumes_against_the_s3_lake(
+    point: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    s3: S3Server,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL the whole ingest (driver and workers) while its lake is on S3, then run the same
+    command again: nothing lost, nothing doubled, no commit in the log made twice."""
+    from lakecurate.lake.delta import open_table
+    from lakecurate.lake.storage import Location
+
+    uri = f"s3://{s3.bucket()}/lake"
+    cfg = tmp_path / "groups.toml"
+    cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\ncommit_chunks = 3\n"))
+    env = {**s3.env, "LAKECURATE_STATE_DIR": str(tmp_path / "state")}
+    args = ("ingest", corpus, "--lake", uri, "--config", cfg, "--workers", "2")
+    killed = run_lakecurate(*args, env={**env, "LAKECURATE_FAULT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    table = Location(uri) / "documents"
+    logged = bool((table / "_delta_log").files(".json"))
+    before = log_chunk_versions(open_table(table))[0] if logged else {}
+    done = run_lakecurate(*args, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_lake_consistent(uri, small_reference)
+    after, _ = log_chunk_versions(open_table(table))
+    assert {k: after[k] for k in before} == before  # nothing committed a second time
 
 
 def test_a_bad_uri_says_what_is_supported(tmp_path: Path) -> None:
