@@ -224,7 +224,7 @@ class Lake:
         if text_field is not None or id_field is not None:
             cfg = self.config(configuration.with_input(cfg, text_field, id_field))
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
-        found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
+        found = find_inputs([os.fspath(p) for p in inputs], self.paths.name)
         run_on = _executor(cfg, workers, executor, address)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():

@@ -16,6 +16,7 @@ conditional puts (never an unsafe rename, design section 13).
 from __future__ import annotations
 
 import functools
+import io
 import os
 import posixpath
 import re
@@ -189,6 +190,13 @@ class Location:
             key=lambda e: e.rel,
         )
 
+    def kind(self) -> str | None:
+        """``file``, ``folder`` (on object storage: a prefix that has objects), or None."""
+        import pyarrow.fs as pafs
+
+        found = self.fs.get_file_info(self.fs_path).type
+        return {pafs.FileType.File: "file", pafs.FileType.Directory: "folder"}.get(found)
+
     def stat(self) -> Entry | None:
         """Size and modification time of the file here, None when absent."""
         import pyarrow.fs as pafs
@@ -213,10 +221,11 @@ class Location:
             f.write(data)
 
     def open(self) -> BinaryIO:
-        """A seekable binary reader of the file here."""
+        """A seekable, buffered binary reader of the file here (``readline`` included)."""
         if self.is_local:
             return open(self.uri, "rb")
-        return cast(BinaryIO, self.fs.open_input_file(self.fs_path))
+        raw = self.fs.open_input_file(self.fs_path)
+        return cast(BinaryIO, io.BufferedReader(raw, 1 << 20))
 
     def delete(self) -> bool:
         """Remove the file here; False when it was not there."""
@@ -231,3 +240,8 @@ class Location:
         except FileNotFoundError:
             return False
         return True
+
+
+def open_input(path: str) -> BinaryIO:
+    """An input file given as a local path or an object-store URI, opened for reading."""
+    return Location(path).open() if is_uri(path) else open(path, "rb")

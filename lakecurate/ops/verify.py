@@ -149,11 +149,7 @@ def _file_keys(path: str) -> list[str]:
     loc = Location.of(path)
     try:
         rows = pq.read_table(loc.fs_path, columns=["chunk_key"], filesystem=loc.fs)
-        return sorted(
-            pc.unique(rows["chunk_key"])
-            .drop_null()
-            .to_pylist()
-        )
+        return sorted(pc.unique(rows["chunk_key"]).drop_null().to_pylist())
     except _READ_ERRORS:
         return []
 

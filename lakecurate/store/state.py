@@ -189,7 +189,7 @@ class StateStore:
     def chunks_under(self, folder: str) -> dict[str, list[tuple[ChunkSpec, Status]]]:
         """Live chunks of every source below ``folder``, grouped by path."""
         out: dict[str, list[tuple[ChunkSpec, Status]]] = {}
-        prefix = folder.rstrip(os.sep) + os.sep
+        prefix = folder if folder.endswith(("/", os.sep)) else folder + os.sep
         for row in self._x("state.chunks_under", {"prefix": prefix}).fetchall():
             spec = _spec(row)
             out.setdefault(spec.source_path, []).append((spec, Status(row[-1])))

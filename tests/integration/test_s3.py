@@ -164,3 +164,50 @@ def test_every_command_works_on_an_s3_lake(
     restored = lake.restore(compacted.version_after)
     assert lake.sql("SELECT count(*) FROM documents").rows[0][0] == latest
     assert restored > compacted.version_after
+
+
+def _upload(s3: S3Server, bucket: str, folder: Path, prefix: str) -> None:
+    client = s3.client()
+    for path in sorted(folder.iterdir()):
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{path.name}", Body=path.read_bytes())
+
+
+def _contents(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    """``lake_rows`` without what names the input's path: the chunk key, and the id of a
+    malformed line (``<path>:<line>``)."""
+    return sorted(((r[1], *r[3:]) for r in rows), key=repr)
+
+
+def test_inputs_on_s3_are_read_and_mirrored(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    s3: S3Server,
+    tmp_path: Path,
+) -> None:
+    """An s3:// prefix is read as a folder is: the same documents as the local corpus; hidden
+    and unsupported objects are passed over and said; a replaced object re-does its chunks
+    only, a deleted one leaves the lake; the end equals a clean run of the final inputs."""
+    bucket = s3.bucket()
+    _upload(s3, bucket, corpus, "corpus")
+    client = s3.client()
+    client.put_object(Bucket=bucket, Key="corpus/.hidden.jsonl", Body=b'{"text": "no"}\n')
+    client.put_object(Bucket=bucket, Key="corpus/notes.txt", Body=b"not an input\n")
+    inputs = [f"s3://{bucket}/corpus/"]
+    lake = tmp_path / "lake"
+    report = Lake.open(lake).ingest(inputs, config=small_cfg, workers=2)
+    assert report.ok
+    assert _contents(lake_rows(lake)) == _contents(small_reference)
+    assert any(".hidden.jsonl" in line for line in report.skipped)
+    assert any("notes.txt" in line for line in report.skipped)
+    again = Lake.open(lake).ingest(inputs, workers=2)
+    assert again.chunks_committed == 0 and again.files_read == 0  # the stat cache vouches
+
+    web_a = (corpus / "web_a.jsonl").read_bytes().splitlines(keepends=True)
+    client.put_object(Bucket=bucket, Key="corpus/web_a.jsonl", Body=b"".join(web_a[:-40]))
+    client.delete_object(Bucket=bucket, Key="corpus/forum.jsonl.zst")
+    changed = Lake.open(lake).ingest(inputs, workers=2)
+    assert changed.ok and changed.files_read == 1
+    clean = tmp_path / "clean"
+    assert Lake.open(clean).ingest(inputs, config=small_cfg, workers=2).ok
+    assert lake_rows(lake) == lake_rows(clean)
