@@ -92,8 +92,10 @@ class Lake:
 
     def _take_over(self) -> None:
         """An object-store lake with no state on this machine (a new machine, a lost disk):
-        derive the state from the lake's Delta log now, as ``ingest`` would, so that every
-        command works here. Only the local state folder is written."""
+        start from the state copied to the lake (``store.remote``), or else derive it from the
+        lake's Delta log, as ``ingest`` would, so that every command works here. Only the
+        local state folder is written."""
+        from lakecurate.store import remote
         from lakecurate.store.session import write_session
 
         paths = self.paths
@@ -108,8 +110,15 @@ class Lake:
             ) from exc
         if not there:
             return
+        paths.root.mkdir(parents=True, exist_ok=True)
+        copied = remote.load(paths)
+        how = (
+            f"state copied from {paths.name}/{remote.STATE_FOLDER} (watermark {copied})"
+            if copied is not None
+            else f"state derived from the Delta log of {paths.name}"
+        )
         with write_session(paths, "take-over", paths.name, self.config(), create=True) as s:
-            s.finish("OK", f"state derived from the Delta log of {paths.name}")
+            s.finish("OK", how)
 
     @property
     def root(self) -> Path:

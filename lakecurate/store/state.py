@@ -81,6 +81,10 @@ class StateStore:
     def close(self) -> None:
         self.con.close()
 
+    def checkpoint(self) -> None:
+        """Make the database file whole on its own (no WAL), e.g. to copy it."""
+        self._x("state.checkpoint")
+
     def _migrate(self) -> None:
         have = self._x("state.has_meta_table").fetchone()
         current = 0
