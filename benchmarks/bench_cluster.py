@@ -17,9 +17,9 @@ ingest`` process, ``--runs`` times each way:
 - ``ray_s3``: both.
 
 Reported: the median wall time and docs/s of each, each one's ratio to local (target for Ray:
-<= 1.3 on this machine), whether the tables are identical, and the load average. What Ray's overhead is made of
-is estimated by timing an empty Ray task round trip on the same cluster (per task, times the
-tasks of a run: chunks, finalises and plannings).
+<= 1.3 on this machine), whether the tables are identical, and the load average. What Ray's
+overhead is made of is estimated by timing an empty Ray task round trip on the same cluster
+(per task, times the tasks of a run: chunks, finalises and plannings).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from bench_driver import write_input
 from common import loadavg, save, table_fingerprint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from s3server import running_s3  # noqa: E402
+from s3server import running_s3
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_cluster.json"
 REPO = Path(__file__).resolve().parents[1]
