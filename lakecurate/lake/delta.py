@@ -389,7 +389,12 @@ class DeltaStore:
             "enforce_retention_duration": False,
         }
         untracked = set(dt.vacuum(full=True, **opts)) - set(dt.vacuum(full=False, **opts))
-        return [self.at(rel) for rel in sorted(untracked)]
+        found = [self.at(rel) for rel in sorted(untracked)]
+        if self.loc.is_local:
+            return found
+        # Arrow leaves an empty "folder/" marker object where it deleted a file on object
+        # storage, and delta-rs lists it as a file: it is not a data file.
+        return [loc for loc in found if loc.kind() != "folder"]
 
     def at(self, rel: str) -> Location:
         """A data file of the table named as the log or delta-rs names it (relative, or whole)."""
