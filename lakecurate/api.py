@@ -95,12 +95,12 @@ class Lake:
         start from the state copied to the lake (``store.remote``), or else derive it from the
         lake's Delta log, as ``ingest`` would, so that every command works here. Only the
         local state folder is written."""
-        from lakecurate.store import remote
-        from lakecurate.store.session import write_session
-
         paths = self.paths
         if paths.shared is None or paths.state.exists():
             return
+        from lakecurate.store import remote
+        from lakecurate.store.session import write_session
+
         try:
             there = paths.documents.exists()
         except OSError as exc:
