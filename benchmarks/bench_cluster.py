@@ -1,4 +1,5 @@
-"""The same ingest on the local executor and on Ray (issue 15): wall time, docs/s and the ratio.
+"""The same ingest on the local executor, on Ray, and into a lake on S3 (issue 15): wall time,
+docs/s and the ratios.
 
 Run: /work/venv/bin/python benchmarks/bench_cluster.py [--mb 200] [--chunk-mb 16] [--runs 3]
      [--out benchmarks/results/bench_cluster.json]
@@ -9,12 +10,16 @@ ingest`` process, ``--runs`` times each way:
 
 - ``local``: the process pool, two workers;
 - ``ray``: Ray tasks on a local cluster started here on loopback (a head with no CPUs and two
-  one-CPU worker nodes, ``ray.cluster_utils.Cluster``), the driver joining it by address.
+  one-CPU worker nodes, ``ray.cluster_utils.Cluster``), the driver joining it by address;
+- ``s3``: the process pool, the lake on an S3-compatible server started here on loopback
+  (moto's, tests/s3server.py): staged and data files uploaded by the workers, the Delta log by
+  the driver's conditional puts;
+- ``ray_s3``: both.
 
-Reported: the median wall time and docs/s of each, the ratio Ray / local (target <= 1.3 on this
-machine), whether the tables are identical, and the load average. What Ray's overhead is made of
-is estimated by timing an empty Ray task round trip on the same cluster (per task, times the
-tasks of a run: chunks, finalises and plannings).
+Reported: the median wall time and docs/s of each, each one's ratio to local (target for Ray:
+<= 1.3 on this machine), whether the tables are identical, and the load average. What Ray's
+overhead is made of is estimated by timing an empty Ray task round trip on the same cluster
+(per task, times the tasks of a run: chunks, finalises and plannings).
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from typing import Any
 from bench_driver import write_input
 from common import loadavg, save, table_fingerprint
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from s3server import running_s3
+
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_cluster.json"
 REPO = Path(__file__).resolve().parents[1]
 QUIET = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def ingest(data: Path, lake: Path, cfg: Path, extra: list[str]) -> float:
+def ingest(data: Path, lake: Path | str, cfg: Path, extra: list[str]) -> float:
     env = {**os.environ, **QUIET, "PYTHONPATH": str(REPO)}
     env.pop("LAKECURATE_FAULT", None)
     cmd = [sys.executable, "-m", "lakecurate", "ingest", str(data), "--lake", str(lake)]
@@ -79,8 +87,10 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     result: dict[str, Any] = {"loadavg_before": loadavg(), "runs": args.runs}
-    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, running_s3() as s3:
         work = Path(tmp)
+        os.environ.update(s3.env, LAKECURATE_STATE_DIR=str(work / "state"))
+        bucket = s3.bucket()
         data = work / "in"
         data.mkdir()
         docs = sum(write_input(data / f"part{i}.jsonl", args.mb // 8, seed=i)[1] for i in range(8))
@@ -95,13 +105,15 @@ def main() -> None:
             for _ in range(2):
                 cluster.add_node(num_cpus=1)
             cluster.wait_for_nodes()
-            ways = {"local": ["--workers", "2"], "ray": ["--executor", "ray", "--address"]}
-            ways["ray"].append(cluster.address)
+            on_ray = ["--executor", "ray", "--address", cluster.address]
+            ways = {"local": ["--workers", "2"], "ray": on_ray, "s3": ["--workers", "2"]}
+            ways["ray_s3"] = on_ray
             walls: dict[str, list[float]] = {w: [] for w in ways}
             prints = {}
             for run in range(args.runs):
                 for way, extra in ways.items():
-                    lake = work / f"lake-{way}-{run}"
+                    where = f"lake-{way}-{run}"
+                    lake = f"s3://{bucket}/{where}" if "s3" in way else work / where
                     walls[way].append(ingest(data, lake, cfg, extra))
                     prints[way] = table_fingerprint(lake)
             trip = task_round_trip(cluster.address)
@@ -117,10 +129,14 @@ def main() -> None:
         documents=docs,
         input_mb=args.mb,
         chunk_mb=args.chunk_mb,
-        ray_over_local=round(
-            result["ray"]["median_wall_seconds"] / result["local"]["median_wall_seconds"], 2
-        ),
-        tables_identical=prints["local"] == prints["ray"],
+        **{
+            f"{way}_over_local": round(
+                result[way]["median_wall_seconds"] / result["local"]["median_wall_seconds"], 2
+            )
+            for way in walls
+            if way != "local"
+        },
+        tables_identical=len(set(prints.values())) == 1,
         ray_empty_task_round_trip_ms=round(trip * 1000, 2),
         loadavg_after=loadavg(),
     )

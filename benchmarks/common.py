@@ -28,7 +28,7 @@ def save(result: dict[str, Any], out: Path) -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 
-def table_fingerprint(lake: Path) -> tuple[object, ...]:
+def table_fingerprint(lake: Path | str) -> tuple[object, ...]:
     """A lake's rows (every column but run ids and times) as a count and an XOR of row hashes,
     computed in DuckDB: comparing two lakes' tables without holding their text here (a child
     process inherits its parent's ``ru_maxrss`` across fork and exec)."""

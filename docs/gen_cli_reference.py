@@ -26,7 +26,8 @@ HEADER = """\
      Regenerate with `python docs/gen_cli_reference.py` (a test checks it is current). -->
 
 Every command takes `--lake PATH` (default `$LAKECURATE_LAKE`, else `./lake`): a local (or
-mounted) folder; a URI such as `s3://...` is refused, as object storage is not supported yet.
+mounted) folder, or `s3://bucket/prefix` on S3-compatible storage (docs/usage.md, "A lake on
+object storage"); other URIs are refused before anything is created.
 
 Every failure prints one line starting with `error:` on stderr, saying what happened and what to
 do (`lakecurate --debug ...` adds the traceback). Exit codes:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from lakecurate import config as configuration
 from lakecurate import engine
 from lakecurate.config import Config
-from lakecurate.errors import ConfigError, LakeError, QueryError, UsageError
+from lakecurate.errors import ConfigError, LakeError, QueryError, UsageError, one_line
 from lakecurate.lake.paths import LakePaths
 from lakecurate.read import query
 
@@ -73,19 +73,56 @@ def _pipeline(cfg: Config | None) -> query.QueryResult:
 class Lake:
     """One lake folder (design section 3)."""
 
-    def __init__(self, root: Path) -> None:
-        self.paths = LakePaths(Path(root))
+    def __init__(self, root: Path | LakePaths) -> None:
+        self.paths = root if isinstance(root, LakePaths) else LakePaths(Path(root))
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Lake:
-        """A handle on the lake at ``path`` (created by the first ``ingest``)."""
-        root = Path(path)
-        if root.exists() and not root.is_dir():
-            raise LakeError(f"{root} is a file, not a lake folder")
-        return cls(root)
+    def open(
+        cls, path: str | os.PathLike[str], *, state_dir: str | os.PathLike[str] | None = None
+    ) -> Lake:
+        """A handle on the lake at ``path`` (created by the first ``ingest``): a local folder,
+        or ``s3://bucket/prefix`` whose DuckDB state lives in the local ``state_dir``
+        (default: ``$LAKECURATE_STATE_DIR``, else a folder under ``~/.cache/lakecurate``)."""
+        paths = LakePaths.of(path, state_dir)
+        if paths.shared is None and paths.root.exists() and not paths.root.is_dir():
+            raise LakeError(f"{paths.root} is a file, not a lake folder")
+        lake = cls(paths)
+        lake._take_over()
+        return lake
+
+    def _take_over(self) -> None:
+        """An object-store lake with no state on this machine (a new machine, a lost disk):
+        start from the state copied to the lake (``store.remote``), or else derive it from the
+        lake's Delta log, as ``ingest`` would, so that every command works here. Only the
+        local state folder is written."""
+        paths = self.paths
+        if paths.shared is None or paths.state.exists():
+            return
+        from lakecurate.store import remote
+        from lakecurate.store.session import write_session
+
+        try:
+            there = paths.documents.exists()
+        except OSError as exc:
+            raise LakeError(
+                f"cannot reach the lake {paths.name}: {one_line(exc)}; check the bucket name, "
+                "AWS_ENDPOINT_URL, AWS_REGION and the credentials (AWS_ACCESS_KEY_ID, ...)"
+            ) from exc
+        if not there:
+            return
+        paths.root.mkdir(parents=True, exist_ok=True)
+        copied = remote.load(paths)
+        how = (
+            f"state copied from {paths.name}/{remote.STATE_FOLDER} (watermark {copied})"
+            if copied is not None
+            else f"state derived from the Delta log of {paths.name}"
+        )
+        with write_session(paths, "take-over", paths.name, self.config(), create=True) as s:
+            s.finish("OK", how)
 
     @property
     def root(self) -> Path:
+        """The lake's local folder (on object storage: its state folder)."""
         return self.paths.root
 
     def config(self, given: Config | Path | None = None) -> Config:
@@ -139,6 +176,7 @@ class Lake:
         text, digest = logged_config(DeltaStore(self.paths.documents))
         if text is not None:
             stored = configuration.from_dict(tomllib.loads(text))
+            self.paths.root.mkdir(parents=True, exist_ok=True)  # a new state folder
             atomic.write_text(self.paths.config, text)
             return configuration.rules_of(stored, digest) if digest else stored
         if digest is None:
@@ -195,7 +233,7 @@ class Lake:
         if text_field is not None or id_field is not None:
             cfg = self.config(configuration.with_input(cfg, text_field, id_field))
         # Once per ingest; a typo'd path fails before a lake (and its config) is created.
-        found = find_inputs([os.fspath(p) for p in inputs], self.paths.root)
+        found = find_inputs([os.fspath(p) for p in inputs], self.paths.name)
         run_on = _executor(cfg, workers, executor, address)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         if not self.paths.config.exists():
@@ -249,7 +287,7 @@ class Lake:
         try:
             by_file = by_language = storage = query.QueryResult([], [])
             if files:
-                storage = query.run(con, engine.q("state.storage"), {"files": files})
+                storage = query.run(con, engine.q("state.storage"))
                 by_file = query.shorten_paths(
                     query.run(con, engine.q("report.by_file"), {"limit": 20}), "file"
                 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from helpers import (
     load_generator,
     run_lakecurate,
 )
+from s3server import S3Server, running_s3, use
 
 from lakecurate.config import PRESET_ENV
 
@@ -64,3 +65,19 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m lakecurate ARGS`` as a real process; returns the completed process
     (``helpers.run_lakecurate``)."""
     return run_lakecurate
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One loopback S3 server for the session (tests/s3server.py)."""
+    with running_s3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3Server:
+    """The S3 server, with this test's environment pointed at it and the state folders of
+    its object-store lakes under its own tmp_path."""
+    use(s3_server, monkeypatch)
+    monkeypatch.setenv("LAKECURATE_STATE_DIR", str(tmp_path / "state"))
+    return s3_server

@@ -113,7 +113,7 @@ def start_lakecurate(*args: object, env: dict[str, str] | None = None) -> subpro
     )
 
 
-def lake_rows(lake: Path) -> list[tuple[object, ...]]:
+def lake_rows(lake: Path | str) -> list[tuple[object, ...]]:
     """The lake's latest version as a sorted list of (chunk_key, source_line, id, content_hash,
     kept, reason, dup_of): the identity of a lake's contents."""
     res = Lake.open(lake).sql(
@@ -123,17 +123,21 @@ def lake_rows(lake: Path) -> list[tuple[object, ...]]:
     return res.rows
 
 
-def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None) -> list[str]:
+def lake_problems(lake: Path | str, reference: list[tuple[object, ...]] | None = None) -> list[str]:
     """Every broken invariant of a lake after crashes and a completed re-run, as messages (an
     empty list when the lake is sound). The checks of ``test_crash.assert_consistent``, shared
     with the fault tests and ``benchmarks/chaos.py``, which reports rather than asserts.
 
     With ``reference`` (``lake_rows`` of an uninterrupted run) the contents must equal it.
+    ``lake`` is a folder or an object-store URI (its state folder is then checked for temps).
     """
     import collections
 
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable
+
+    from lakecurate.lake.delta import DeltaStore, open_table
+    from lakecurate.lake.paths import LakePaths
+    from lakecurate.lake.storage import Location
 
     problems: list[str] = []
     rows = lake_rows(lake)
@@ -151,24 +155,24 @@ def lake_problems(lake: Path, reference: list[tuple[object, ...]] | None = None)
     dup_ids = [k for k, n in kept_ids.items() if n > 1]
     if dup_ids:
         problems.append(f"{len(dup_ids)} id(s) kept twice, e.g. {dup_ids[0]!r}")
-    temps = sorted(str(p) for p in lake.rglob("*") if ".tmp" in p.name)
+    paths = LakePaths.of(lake)
+    temps = sorted(str(p) for p in paths.root.rglob("*") if ".tmp" in p.name)
+    temps += [e.rel for e in paths.storage.files() if ".tmp" in e.rel]
     if temps:
         problems.append(f"temp files left: {temps[:3]}")
-    staged = sorted(p.name for p in (lake / "staging").iterdir())
+    staged = [e.rel for e in paths.staging.files()]
     if staged:
         problems.append(f"staged files left: {staged[:3]}")
-    dt = DeltaTable(str(lake / "documents"))
+    store = DeltaStore(paths.documents)
+    dt = open_table(paths.documents)
     for uri in dt.file_uris():
         try:
-            pq.read_table(uri)
+            loc = Location.of(uri)
+            pq.read_table(loc.fs_path, filesystem=loc.fs)
         except Exception as exc:  # any failure to read is the finding
             problems.append(f"data file unreadable: {uri} ({exc})")
-    referenced = {os.path.normpath(u) for u in dt.file_uris()}
-    on_disk = {
-        os.path.normpath(str(p))
-        for p in (lake / "documents").rglob("*.parquet")
-        if "_delta_log" not in p.parts
-    }  # delta-rs checkpoints every 100 commits
+    referenced = store.referenced_files()
+    on_disk = {str(loc) for loc in store.data_files()}  # checkpoints are in _delta_log
     if on_disk != referenced:
         problems.append(
             f"{len(on_disk - referenced)} orphan data file(s), {len(referenced - on_disk)} missing"

@@ -29,10 +29,14 @@ if TYPE_CHECKING:
 # commands that use them, never at the top: `lakecurate --help` and every `lakecurate CMD --help`
 # start without them (tests/unit/test_startup.py checks it).
 
-LAKE_HELP = "The lake folder (default: $LAKECURATE_LAKE or ./lake)."
+LAKE_HELP = (
+    "The lake: a folder, or s3://bucket/prefix (whose state is kept in a folder under "
+    "$LAKECURATE_STATE_DIR, by default ~/.cache/lakecurate) (default: $LAKECURATE_LAKE or "
+    "./lake)."
+)
 
 
-def _open(lake_path: Path) -> Lake:
+def _open(lake_path: str) -> Lake:
     """``Lake.open(lake_path)``, importing the API only when a command runs."""
     from lakecurate.api import Lake
 
@@ -43,7 +47,7 @@ def _lake_option(f: Any) -> Any:
     return click.option(
         "--lake",
         "lake_path",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=str,  # not a click.Path: it would turn s3://b/x into s3:/b/x
         default=lambda: os.environ.get("LAKECURATE_LAKE", "lake"),
         show_default="./lake",
         help=LAKE_HELP,
@@ -304,7 +308,7 @@ def _summary(r: IngestReport) -> str:
 )
 def ingest_cmd(
     inputs: tuple[str, ...],
-    lake_path: Path,
+    lake_path: str,
     config_path: Path | None,
     preset: str | None,
     workers: int | None,
@@ -343,7 +347,7 @@ def ingest_cmd(
 @main.command("status")
 @_lake_option
 @_format_option
-def status_cmd(lake_path: Path, fmt: str) -> None:
+def status_cmd(lake_path: str, fmt: str) -> None:
     """The pipeline, chunks, funnel, keep rates by file and language, storage, failures, runs.
 
     The file and language tables read the latest version's data files (kept, reason and lang
@@ -391,7 +395,7 @@ def _version_options(f: Any) -> Any:
 @_lake_option
 @_version_options
 @_format_option
-def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None, fmt: str) -> None:
+def sql_cmd(query: str, lake_path: str, version: int | None, as_of: str | None, fmt: str) -> None:
     """Run a read-only SQL query over the state tables and the docs / rejects views.
 
     Tables: runs, chunks, chunk_events, filter_stats, commits, sources, content_hashes.
@@ -405,7 +409,7 @@ def sql_cmd(query: str, lake_path: Path, version: int | None, as_of: str | None,
 @main.command("retry")
 @click.argument("chunk_keys", nargs=-1)
 @_lake_option
-def retry_cmd(chunk_keys: tuple[str, ...], lake_path: Path) -> None:
+def retry_cmd(chunk_keys: tuple[str, ...], lake_path: str) -> None:
     """Re-queue DEAD chunks (all, or the named ones) for the next ingest."""
     keys = _open(lake_path).retry(list(chunk_keys) or None)
     if keys:
@@ -444,7 +448,7 @@ HISTORY_FIRST = (
     "--limit", type=click.IntRange(min=1), default=None, help="Only the newest N commits."
 )
 @_format_option
-def history_cmd(lake_path: Path, limit: int | None, fmt: str) -> None:
+def history_cmd(lake_path: str, limit: int | None, fmt: str) -> None:
     """Every commit of the table, oldest first.
 
     Version, time, operation, chunk keys, rows added and removed, run id, config hash.
@@ -462,7 +466,7 @@ def history_cmd(lake_path: Path, limit: int | None, fmt: str) -> None:
     "--limit", type=click.IntRange(min=1), default=None, help="With --rows: only the first N."
 )
 @_format_option
-def diff_cmd(a: int, b: int, lake_path: Path, rows: bool, limit: int | None, fmt: str) -> None:
+def diff_cmd(a: int, b: int, lake_path: str, rows: bool, limit: int | None, fmt: str) -> None:
     """Documents added, removed and changed in decision from version A to B.
 
     A document is its input record (chunk key and line): `changed` means present in both
@@ -482,7 +486,7 @@ def diff_cmd(a: int, b: int, lake_path: Path, rows: bool, limit: int | None, fmt
     help="Explain it in this version (default: the latest).",
 )
 @_format_option
-def explain_cmd(doc_id: str, lake_path: Path, version: int | None, fmt: str) -> None:
+def explain_cmd(doc_id: str, lake_path: str, version: int | None, fmt: str) -> None:
     """Where a document came from and what was decided about it.
 
     Source file and line, chunk, input sha256, run, config hash, decision and reason, dup_of
@@ -524,7 +528,7 @@ def explain_cmd(doc_id: str, lake_path: Path, version: int | None, fmt: str) -> 
     help="Target size of a shard (of data before compression), e.g. 64MiB.",
 )
 def export_cmd(
-    out: Path, lake_path: Path, version: int | None, out_format: str, shard_size: str
+    out: Path, lake_path: str, version: int | None, out_format: str, shard_size: str
 ) -> None:
     """Write the kept documents of a version to OUT as training shards.
 
@@ -545,7 +549,7 @@ def export_cmd(
 @main.command("restore")
 @click.argument("version", type=click.IntRange(min=0))
 @_lake_option
-def restore_cmd(version: int, lake_path: Path) -> None:
+def restore_cmd(version: int, lake_path: str) -> None:
     """Make VERSION the current version of the table (a new commit).
 
     The chunk state and the index are brought back in line with it, so a later ingest is as
@@ -570,7 +574,7 @@ def restore_cmd(version: int, lake_path: Path) -> None:
     help="Read every page of every live data file (slow: "
     "reads the whole table), not just each file's footer.",
 )
-def verify_cmd(lake_path: Path, repair: bool, deep: bool) -> None:
+def verify_cmd(lake_path: str, repair: bool, deep: bool) -> None:
     """Check that the Delta table, its log, the state and the index agree.
 
     Every data file the log names must exist and read; SUCCESS chunks must be exactly the
@@ -607,7 +611,7 @@ INDEX_STATS_FIRST = ("space", "file", "n", "tier2_rows", "fill_ratio", "estimate
 @index_group.command("stats")
 @_lake_option
 @_format_option
-def index_stats_cmd(lake_path: Path, fmt: str) -> None:
+def index_stats_cmd(lake_path: str, fmt: str) -> None:
     """n, m, k, fill ratio, estimated and target p, memory, and tier-2 counts per key space."""
     res = _open(lake_path).index_stats()
     _echo(res.columns, res.rows, fmt, first=INDEX_STATS_FIRST)
@@ -623,7 +627,7 @@ def index_stats_cmd(lake_path: Path, fmt: str) -> None:
     help="How many of the largest clusters to list.",
 )
 @_format_option
-def dedup_stats_cmd(lake_path: Path, largest: int, fmt: str) -> None:
+def dedup_stats_cmd(lake_path: str, largest: int, fmt: str) -> None:
     """Near-duplicate clusters: the size distribution and the largest ones with sample ids.
 
     A giant cluster is the usual sign of a threshold that is too loose.
@@ -635,7 +639,7 @@ def dedup_stats_cmd(lake_path: Path, largest: int, fmt: str) -> None:
 @main.command("compact")
 @_lake_option
 @click.option("--target-size", default=None, help="Target file size (default: 100MiB).")
-def compact_cmd(lake_path: Path, target_size: str | None) -> None:
+def compact_cmd(lake_path: str, target_size: str | None) -> None:
     """Rewrite the table's small files into large ones.
 
     A new version; the documents, the commit watermark and every older version are unchanged.
@@ -666,7 +670,7 @@ def compact_cmd(lake_path: Path, target_size: str | None) -> None:
 @click.option("--force", is_flag=True, help="Allow a retention below the table's.")
 @_format_option
 def vacuum_cmd(
-    lake_path: Path, dry_run: bool, retention_hours: float | None, force: bool, fmt: str
+    lake_path: str, dry_run: bool, retention_hours: float | None, force: bool, fmt: str
 ) -> None:
     """Delete data files only old versions need (a dry run unless --no-dry-run)."""
     r = _open(lake_path).vacuum(dry_run, retention_hours, force)
@@ -682,7 +686,7 @@ def vacuum_cmd(
 
 @main.command("checkpoint")
 @_lake_option
-def checkpoint_cmd(lake_path: Path) -> None:
+def checkpoint_cmd(lake_path: str) -> None:
     """Write a Delta checkpoint of the latest version.
 
     Opening a later version then replays only the commits after it (delta-rs also writes one
@@ -707,7 +711,7 @@ def checkpoint_cmd(lake_path: Path) -> None:
     default=None,
     help="Report on this version (default: the latest).",
 )
-def report_cmd(lake_path: Path, html_path: Path, version: int | None) -> None:
+def report_cmd(lake_path: str, html_path: Path, version: int | None) -> None:
     """Write one self-contained HTML page about a version of the lake.
 
     The filter funnel, document lengths before and after, languages, duplicate groups, chunk

@@ -8,10 +8,12 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-from lakecurate.errors import InputError
+from lakecurate.errors import InputError, LakeError, one_line
 from lakecurate.ingest.cutting import detect_format
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location, is_uri
 from lakecurate.types import Format
 
 READS = "JSON lines (.jsonl, .ndjson, .json.gz; plain or .gz, .zst, .bz2, .xz) and .parquet"
@@ -83,7 +85,7 @@ def is_lake(folder: str) -> bool:
     """A lakecurate lake, or a Delta table (a lake's ``documents/``, or anyone's)."""
     lake = LakePaths(Path(folder))
     return os.path.isdir(os.path.join(folder, "_delta_log")) or (
-        lake.state.is_file() and lake.documents.is_dir()
+        lake.state.is_file() and os.path.isdir(lake.documents.uri)
     )
 
 
@@ -99,6 +101,41 @@ def _inside_lake(path: str, lake: str | None) -> str | None:
         parts = parent
 
 
+class FileStat(NamedTuple):
+    """What the stat cache compares: size, modification time and inode (0 on object storage,
+    where an object is replaced whole and gets a new modification time)."""
+
+    st_size: int
+    st_mtime_ns: int
+    st_ino: int
+
+
+def stat_input(path: str) -> FileStat:
+    """The stat of an input (a local path or an object-store URI); OSError when it is gone."""
+    if is_uri(path):
+        found = Location(path).stat()
+        if found is None:
+            raise FileNotFoundError(2, "No such object", path)
+        return FileStat(found.size, found.mtime_ns, 0)
+    st = os.stat(path)
+    return FileStat(st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def input_exists(path: str) -> bool:
+    """Whether an input path (or object) is still there, a broken link included."""
+    return Location(path).stat() is not None if is_uri(path) else os.path.lexists(path)
+
+
+def input_folder(raw: str) -> str | None:
+    """The folder (or object-store prefix) an input names, normalised; None when it is not
+    one (a file, or gone)."""
+    if is_uri(raw):
+        loc = Location.of(raw)
+        return loc.uri + "/" if loc.kind() == "folder" else None
+    folder = os.path.abspath(raw)
+    return folder + os.sep if os.path.isdir(folder) else None
+
+
 @dataclass
 class Inputs:
     """The inputs of one ingest, discovered once: what was given, the files found with their
@@ -112,7 +149,7 @@ class Inputs:
     skipped: dict[str, list[str]] = field(default_factory=dict)
 
 
-def find_inputs(given: Sequence[str], lake: Path | None) -> Inputs:
+def find_inputs(given: Sequence[str], lake: str | Path | None) -> Inputs:
     """Discover ``given`` for an ingest into ``lake``; raises InputError for a bad path."""
     found = Inputs(list(given), [])
     found.files = discover(
@@ -125,7 +162,7 @@ def discover(
     inputs: Iterable[str | Path],
     problems: list[str] | None = None,
     *,
-    lake: Path | None = None,
+    lake: str | Path | None = None,
     notes: list[str] | None = None,
     skipped: dict[str, list[str]] | None = None,
 ) -> list[tuple[str, Format]]:
@@ -143,12 +180,18 @@ def discover(
     ``state.duckdb`` and ``documents/``, or a Delta table) is refused, and such folders below
     an input folder are skipped with a note (issue 12, D10: `ingest .` with the lake inside
     the input read the lake's own data files on every run).
+
+    An ``s3://`` input is an object or every object under a prefix (``_discover_uri``).
     """
     inputs = list(inputs)  # iterated twice: a generator would leave the error message empty
     found: dict[str, Format] = {}
     skipped = {} if skipped is None else skipped
-    own = os.path.abspath(lake) if lake is not None else None
+    own = None if lake is None else os.fspath(lake)
+    own = own if own is None or is_uri(own) else os.path.abspath(own)
     for raw in inputs:
+        if is_uri(os.fspath(raw)):
+            _discover_uri(os.fspath(raw), own, found, skipped, notes)
+            continue
         path = os.path.abspath(os.fspath(raw))
         if (why := _bad_name(path)) is not None:
             raise InputError(why)
@@ -210,3 +253,56 @@ def discover(
             + f"; lakecurate reads {READS}"
         )
     return sorted(found.items())
+
+
+def _discover_uri(
+    raw: str,
+    own: str | None,
+    found: dict[str, Format],
+    skipped: dict[str, list[str]],
+    notes: list[str] | None,
+) -> None:
+    """An object-store input: one object, or every object under a prefix, passed over as a
+    folder walk passes over files (hidden names, formats not read) and lakes (a Delta
+    table's objects, and a lake's whole prefix when the table is its ``documents``)."""
+    try:
+        loc = Location.of(raw)
+        kind = loc.kind()
+    except LakeError as exc:
+        raise InputError(str(exc)) from exc
+    except OSError as exc:
+        raise InputError(
+            f"{raw}: cannot reach it ({one_line(exc)}); check AWS_ENDPOINT_URL, AWS_REGION and "
+            "the credentials"
+        ) from exc
+    if own is not None and (loc.uri == own or loc.uri.startswith(own + "/")):
+        raise InputError(f"{raw}: is inside the lake {own}; a lake is never read as input")
+    if kind == "file":
+        if (fmt := detect_format(loc.uri)) is None:
+            raise InputError(f"{raw}: unknown input format; lakecurate reads {READS} files")
+        found[loc.uri] = fmt
+        return
+    if kind is None:
+        raise InputError(f"{raw}: no such object or prefix")
+    entries = [e.rel for e in loc.files()]
+    tables = {r.split("_delta_log/")[0].rstrip("/") for r in entries if "_delta_log/" in r}
+    lakes = {t.rpartition("/")[0] for t in tables if t.rpartition("/")[2] == "documents"}
+    if "" in tables | lakes:
+        raise InputError(f"{raw}: is a lake or a Delta table; a lake is never read as input")
+    passed = lakes | {t for t in tables if not any(t.startswith(k + "/") for k in lakes)}
+    for base in sorted(passed):
+        if notes is not None:
+            notes.append(f"{loc / base}: a lake, not read as input")
+    for rel in entries:
+        full = (loc / rel).uri
+        if any(rel.startswith(base + "/") for base in passed) or (
+            own is not None and full.startswith(own + "/")
+        ):
+            continue
+        fmt = detect_format(full)
+        if any(part.startswith(".") for part in rel.split("/")):
+            skipped.setdefault(SKIP_HIDDEN, []).append(full)
+        elif fmt is None:
+            skipped.setdefault(SKIP_UNSUPPORTED, []).append(full)
+        else:
+            found[full] = fmt

@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -39,6 +38,7 @@ from lakecurate.lake.record import (
     ChunkRecord,
     CommitRecord,
 )
+from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.recovery import finish_restore, forget_near, index_writer
@@ -179,7 +179,7 @@ class Committer:
             decided.key,
             seq,
             result.staged_path,
-            str(self.delta.path),
+            self.delta.loc.uri,
             patch_of(keys, rows),
             name,
             self.rejected_text,
@@ -230,7 +230,7 @@ class Committer:
         self.state.finish_chunks(version, self.run_id, [d.finished for d in group])
         for d in group:
             if d.result.staged_path:
-                Path(d.result.staged_path).unlink(missing_ok=True)
+                Location(d.result.staged_path).delete()
         return [
             CommitOutcome(d.key, version, d.result.rows_in, d.finished.rows_kept, d.lake_dups)
             for d in group

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from lakecurate.errors import InputError
 from lakecurate.ingest.digest import DECOMPRESSORS, HashingReader, parquet_digest
+from lakecurate.lake.storage import open_input
 from lakecurate.types import ChunkSpec, Format
 
 _BLOCK = 8 * 1024 * 1024
@@ -95,7 +96,7 @@ def _stem(path: str) -> str:
 
 def _read_blocks(path: str) -> Iterator[bytes]:
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             while block := f.read(_BLOCK):
                 yield block
     except OSError as exc:
@@ -177,7 +178,7 @@ def _plan_compressed(path: str, fmt: Format, chunk_size: int) -> tuple[str, list
     wrong with it, as for any corrupt file."""
     pieces: list[_Piece] = []
     try:
-        with open(path, "rb") as f:
+        with open_input(path) as f:
             whole = HashingReader(f)
             try:
                 stream = DECOMPRESSORS[fmt][1](io.BufferedReader(whole, _BLOCK))
@@ -209,12 +210,13 @@ def _plan_compressed(path: str, fmt: Format, chunk_size: int) -> tuple[str, list
 
 def _plan_parquet(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
     try:
-        pf = pq.ParquetFile(path)
+        with open_input(path) as f:
+            pf = pq.ParquetFile(f)
+            md = pf.metadata  # read now: the footer is all planning needs
+            schema = str(pf.schema_arrow).encode()
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError)
         raise InputError(f"{path}: not a readable Parquet file ({exc})") from exc
-    md = pf.metadata
     stem = _stem(path)
-    schema = str(pf.schema_arrow).encode()
     groups: list[tuple[int, int]] = []
     start, size = 0, 0
     for i in range(md.num_row_groups):
@@ -227,7 +229,7 @@ def _plan_parquet(path: str, chunk_size: int) -> tuple[str, list[ChunkSpec]]:
     specs: list[ChunkSpec] = []
     source = hashlib.sha256(schema)
     rows_before = 0
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         for idx, (a, b) in enumerate(groups):
             digest, nbytes = parquet_digest(f, md, schema, a, b)
             source.update(bytes.fromhex(digest))

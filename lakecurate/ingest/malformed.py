@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +20,7 @@ import pyarrow.dataset as pds
 from lakecurate import engine
 from lakecurate.config import InputConfig
 from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.storage import Location
 from lakecurate.store.state import StateStore
 
 SHARE = 0.5
@@ -58,7 +58,7 @@ _OTHER = (
 
 
 def mostly_malformed(
-    state: StateStore, documents: Path, paths: Sequence[str], fields: InputConfig
+    state: StateStore, documents: Location, paths: Sequence[str], fields: InputConfig
 ) -> list[str]:
     """One line per (file, reason) that took more than ``SHARE`` of a file's committed records."""
     files = state.con.execute(

@@ -20,7 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lakecurate.ingest.chunking import SKIP_EMPTY, SKIP_HIDDEN, SKIP_UNSUPPORTED, Inputs
+from lakecurate.ingest.chunking import (
+    SKIP_EMPTY,
+    SKIP_HIDDEN,
+    SKIP_UNSUPPORTED,
+    FileStat,
+    Inputs,
+    input_exists,
+    input_folder,
+    stat_input,
+)
 from lakecurate.ingest.cutting import key_prefix
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.state import StateStore
@@ -33,7 +42,7 @@ class SourceRecord:
 
     path: str
     format: Format
-    stat: os.stat_result
+    stat: FileStat
     sha256: str
     chunk_size: int
 
@@ -44,7 +53,7 @@ class Pending:
 
     path: str
     format: Format
-    stat: os.stat_result
+    stat: FileStat
     old: list[tuple[ChunkSpec, Status]]  # every chunk ever planned from it
 
     @property
@@ -141,7 +150,7 @@ def make_plan(
     for path, fmt in found:
         plan.files += 1
         try:
-            st = os.stat(path)
+            st = stat_input(path)
         except OSError as exc:
             plan.file_errors.append(f"{path}: cannot stat ({exc.strerror})")
             continue
@@ -237,16 +246,16 @@ def _departed(
     were passed over has some).
     """
     files = set(passed_over)
-    folders = tuple(p for p in passed_over if p.endswith(os.sep))
+    folders = tuple(p for p in passed_over if p.endswith((os.sep, "/")))
     gone: dict[str, int] = {}
     for raw in inputs:
-        folder = os.path.abspath(os.fspath(raw))
-        if not os.path.isdir(folder):
+        folder = input_folder(os.fspath(raw))
+        if folder is None:
             continue
         for path, chunks in state.chunks_under(folder).items():
             if path in found or path in gone:
                 continue
-            if os.path.lexists(path) and not (path in files or path.startswith(folders)):
+            if input_exists(path) and not (path in files or path.startswith(folders)):
                 continue
             gone[path] = len(chunks)
             for spec, status in chunks:

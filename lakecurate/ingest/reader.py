@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from lakecurate.config import IngestConfig, InputConfig
 from lakecurate.errors import PermanentChunkError, TransientError, one_line
 from lakecurate.ingest.digest import DECOMPRESSORS, HashingReader, parquet_digest
+from lakecurate.lake.storage import open_input
 from lakecurate.types import ChunkSpec, Format
 
 RECORD_SCHEMA = pa.schema(
@@ -321,7 +322,7 @@ def _check(spec: ChunkSpec, digest: str) -> None:
 
 def _open(path: str) -> BinaryIO:
     try:
-        return open(path, "rb")
+        return open_input(path)
     except FileNotFoundError as exc:
         raise PermanentChunkError(
             f"{path} disappeared after planning: restore it or re-run the ingest without it"

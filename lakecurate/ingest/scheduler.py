@@ -31,6 +31,7 @@ from lakecurate.errors import CommitError, InputError, chunk_failure, disk_full,
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.plan import Planner
 from lakecurate.ingest.staging import read_staged_result, staged_name
+from lakecurate.lake.storage import Location
 from lakecurate.progress import Reporter
 from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
@@ -418,7 +419,9 @@ class Scheduler:
         self.executor.finalise(order)
 
     def _staged(self, spec: ChunkSpec) -> ChunkResult | None:
-        path = Path(self.order.staging_dir) / staged_name(spec.chunk_key, self.order.config_hash)
+        path = Location(self.order.staging_dir) / staged_name(
+            spec.chunk_key, self.order.config_hash
+        )
         result = read_staged_result(path)
         if (
             result is None
@@ -426,5 +429,5 @@ class Scheduler:
             or result.input_sha256 != spec.input_sha256
         ):
             return None
-        result.staged_path = str(path)
+        result.staged_path = path.uri
         return result

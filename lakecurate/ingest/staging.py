@@ -2,7 +2,9 @@
 
 A staged file is ``staging/<chunk_key>.<config_hash>.parquet``: the decided rows of one chunk, its
 ``ChunkResult`` in the footer, and a sha256 seal over the whole file so damage is found on read.
-Written through a temp file, fsync and an atomic rename, so a reader never sees a partial file.
+Staged files live on the lake's storage (``lake.storage.Location``: local disk, or object storage
+where every node reaches them), written whole or not at all, so a reader never sees a partial
+file.
 
 The driver reads only a staged file's key columns (``read_keys``: ids, hashes, verdicts and the
 near-dedup signatures, never the text) and answers with a *patch*: the rows whose verdict its
@@ -14,9 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
-from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -26,6 +28,7 @@ import pyarrow.parquet as pq
 
 from lakecurate import faults
 from lakecurate.lake import atomic
+from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, DECISION_COLUMNS, KEY_COLUMNS, SIGNATURE_COLUMN
 from lakecurate.types import ChunkResult
 
@@ -37,23 +40,38 @@ def staged_name(chunk_key: str, config_hash: str) -> str:
     return f"{chunk_key}.{config_hash}.parquet"
 
 
-def write_atomic_parquet(table: pa.Table, path: Path) -> None:
-    """Write, seal with a checksum, fsync and rename, so a reader never sees a partial file
-    and a file damaged later (a bit flip, a truncation) is found by ``read_staged_result``."""
-    with atomic.replacing(path) as tmp:
-        with pq.ParquetWriter(tmp, table.schema, compression="zstd") as writer:
-            writer.write_table(table)
-            writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_HOLE})
-        _seal(tmp)
+def write_atomic_parquet(table: pa.Table, path: Location) -> None:
+    """Write and seal with a checksum, whole or not at all, so a reader never sees a partial
+    file and a file damaged later (a bit flip, a truncation) is found by
+    ``read_staged_result``. On local disk: a temp file sealed in place, fsync and rename; on
+    object storage: sealed in memory and uploaded once (an object is whole or absent)."""
+    if not path.is_local:
+        sink = io.BytesIO()
+        _write_unsealed(table, sink)
+        _seal(sink)
+        faults.hit("staged_write", path.name)
+        path.write_bytes(sink.getvalue())
+        return
+    with atomic.replacing(path.local) as tmp:
+        _write_unsealed(table, tmp)
+        with open(tmp, "r+b") as f:
+            _seal(f)
         faults.hit("staged_write", path.name)
 
 
-def read_staged_result(path: Path) -> ChunkResult | None:
+def _write_unsealed(table: pa.Table, where: str | os.PathLike[str] | BinaryIO) -> None:
+    """The Parquet file with a checksum placeholder in its footer."""
+    with pq.ParquetWriter(where, table.schema, compression="zstd") as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_HOLE})
+
+
+def read_staged_result(path: Location) -> ChunkResult | None:
     """The result stored in a staged file, or None if the file is absent, not ours, or fails
     its checksum. A damaged file (or one from before checksums) is deleted: the caller redoes
     the chunk instead of committing what the file now says."""
     try:
-        md = pq.read_metadata(path).metadata or {}
+        md = pq.read_metadata(path.fs_path, filesystem=path.fs).metadata or {}
     except FileNotFoundError:
         return None
     except (OSError, ValueError, pa.ArrowException):  # a torn or garbled footer
@@ -78,12 +96,21 @@ ROW = "staged_row"
 """The position of a row in its staged file: how a patch names the rows it changes."""
 
 
-def read_keys(path: str | Path) -> pa.Table:
+def read_staged(path: str, columns: list[str] | None = None) -> pa.Table:
+    """The rows of the staged file at ``path`` (a ``Location`` URI), without its metadata."""
+    loc = Location(path)
+    return pq.read_table(loc.fs_path, columns=columns, filesystem=loc.fs).replace_schema_metadata(
+        None
+    )
+
+
+def read_keys(path: str) -> pa.Table:
     """The columns the driver decides a staged chunk on (the near-dedup signatures too, when
     the file has them), plus each row's position; the text is never read."""
-    present = set(pq.read_schema(path).names)
+    loc = Location(path)
+    present = set(pq.read_schema(loc.fs_path, filesystem=loc.fs).names)
     names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in present]
-    keys = pq.read_table(path, columns=names).replace_schema_metadata(None)
+    keys = read_staged(path, names)
     return keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
 
 
@@ -181,27 +208,27 @@ def _digest(f: BinaryIO, hole: int) -> bytes:
     return h.hexdigest().encode()
 
 
-def _seal(path: Path) -> None:
-    """Replace the checksum placeholder in the footer with the file's digest."""
-    with open(path, "r+b") as f:
-        start, footer = _footer(f)
-        hole = start + footer.rindex(_CHECKSUM_HOLE)
-        digest = _digest(f, hole)
-        f.seek(hole)
-        f.write(digest)
+def _seal(f: BinaryIO) -> None:
+    """Replace the checksum placeholder in the footer of the open file ``f`` with the file's
+    digest."""
+    start, footer = _footer(f)
+    hole = start + footer.rindex(_CHECKSUM_HOLE)
+    digest = _digest(f, hole)
+    f.seek(hole)
+    f.write(digest)
 
 
-def _sealed(path: Path, digest: bytes | None) -> bool:
+def _sealed(path: Location, digest: bytes | None) -> bool:
     """Whether the file still has the digest it was sealed with (False when it has none)."""
     if not digest or len(digest) != len(_CHECKSUM_HOLE):
         return False
-    with open(path, "rb") as f:
+    with path.open() as f:
         start, footer = _footer(f)
         at = footer.rfind(digest)
         return at >= 0 and _digest(f, start + at) == digest
 
 
-def _discard(path: Path) -> None:
+def _discard(path: Location) -> None:
     """Delete a damaged staged file (the chunk is redone and written again)."""
     with contextlib.suppress(OSError):
-        path.unlink()
+        path.delete()

@@ -17,12 +17,10 @@ import time
 import tomllib
 from dataclasses import asdict
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lakecurate import config as configuration
 from lakecurate import engine, faults
@@ -32,11 +30,13 @@ from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import (
     RESULT_KEY,
     apply_patch,
+    read_staged,
     staged_name,
     without_rejected_text,
     write_atomic_parquet,
 )
 from lakecurate.lake.files import write_data_files
+from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
 from lakecurate.steps.near.signatures import add_signatures
@@ -146,10 +146,10 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     progress.start(ChunkProgress.READ + ChunkProgress.DECIDE + ChunkProgress.SIGN)
     kept = int(pc.sum(decided["kept"]).as_py() or 0)
     malformed = funnel[0][2]
-    path = Path(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)
+    path = Location(order.staging_dir) / staged_name(spec.chunk_key, order.config_hash)
     result = ChunkResult(
         chunk_key=spec.chunk_key,
-        staged_path=str(path),
+        staged_path=path.uri,
         input_sha256=spec.input_sha256,
         config_hash=order.config_hash,
         rows_in=decided.num_rows,
@@ -174,10 +174,10 @@ def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
     again after a failure, it overwrites what the failed attempt left (the names depend only
     on the order and the partition)."""
     faults.hit("delta_write", order.chunk_key)  # tests: ENOSPC, a kill while writing
-    rows = pq.read_table(order.staged_path).replace_schema_metadata(None)
+    rows = read_staged(order.staged_path)
     rows = apply_patch(rows, order.patch).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
     rows = without_rejected_text(rows, order.rejected_text)
-    return write_data_files(Path(order.table_dir), rows, PARTITION_COLUMN, order.name)
+    return write_data_files(Location(order.table_dir), rows, PARTITION_COLUMN, order.name)
 
 
 def plan_input(order: PlanOrder) -> tuple[str, list[ChunkSpec]]:

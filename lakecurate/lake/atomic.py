@@ -16,9 +16,10 @@ from pathlib import Path
 TEMP_MARK = ".tmp_"
 
 
-def is_temp(path: Path) -> bool:
+def is_temp(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is the temp file of an interrupted atomic write."""
-    return TEMP_MARK in path.name or path.name.endswith(".toml.tmp")  # .toml.tmp: before 0.2
+    name = os.path.basename(path)
+    return TEMP_MARK in name or name.endswith(".toml.tmp")  # .toml.tmp: before 0.2
 
 
 def fsync_path(path: Path) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import datetime
 import json
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,9 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
+from lakecurate.lake import atomic
 from lakecurate.lake.record import SEQ_KEY, CommitRecord
+from lakecurate.lake.storage import Location
 
 if TYPE_CHECKING:  # Arrow is imported where it is used: opening the table does not need it
     import pyarrow as pa
@@ -96,17 +97,16 @@ class Readability:
         return first, self.latest
 
 
-def open_table(path: Path, version: int | None = None) -> DeltaTable:
+def open_table(where: Path | Location, version: int | None = None) -> DeltaTable:
     """``DeltaTable(path)``, its failures as one ``LakeError`` line saying what to do.
 
     A damaged checkpoint or a torn commit file makes delta-rs fail (with a Rust backtrace in
     the message when RUST_BACKTRACE is set, or a panic); every command opens the table here,
     so none of them shows that. ``TableNotFoundError`` passes through: no table yet.
     """
+    loc = where if isinstance(where, Location) else Location.of(where)
     try:
-        if version is None:
-            return DeltaTable(str(path))
-        return DeltaTable(str(path), version=version)
+        return DeltaTable(loc.uri, version=version, storage_options=loc.delta_options())
     except TableNotFoundError:
         raise
     except BaseException as exc:  # pyo3's PanicException derives from BaseException
@@ -114,7 +114,7 @@ def open_table(path: Path, version: int | None = None) -> DeltaTable:
             raise
         at = "" if version is None else f" at version {version}"
         raise LakeError(
-            f"cannot open the Delta table {path}{at}: {one_line(exc)}; run "
+            f"cannot open the Delta table {loc}{at}: {one_line(exc)}; run "
             "`lakecurate verify --repair` (it sets aside a damaged checkpoint or a "
             "torn last commit file, or says what to do)"
         ) from exc
@@ -135,8 +135,8 @@ def read_history(dt: DeltaTable, limit: int | None = None) -> list[dict[str, Any
 class DeltaStore:
     """The ``documents`` Delta table of one lake."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, where: Path | Location) -> None:
+        self.loc = where if isinstance(where, Location) else Location.of(where)
         self._dt: DeltaTable | None = None
         self._readability: tuple[tuple[int, int], Readability] | None = None
 
@@ -144,7 +144,7 @@ class DeltaStore:
         """The table at its latest version, or None before the first commit."""
         if self._dt is None:
             try:
-                self._dt = open_table(self.path)
+                self._dt = open_table(self.loc)
             except TableNotFoundError:
                 return None
         return self._dt
@@ -179,7 +179,7 @@ class DeltaStore:
             faults.hit("delta_write", key)  # tests: ENOSPC
             (partition,) = PARTITION_BY
             return write_data_files(
-                self.path,
+                self.loc,
                 rows.cast(DOCUMENT_SCHEMA),
                 partition,
                 f"part-{seq:08d}-{uuid.uuid4().hex[:16]}",
@@ -253,11 +253,12 @@ class DeltaStore:
             from deltalake import Schema
 
             create_table_with_add_actions(
-                str(self.path),
+                self.loc.uri,
                 Schema.from_arrow(DOCUMENT_SCHEMA),
                 adds,
                 mode="append",
                 partition_by=PARTITION_BY,
+                storage_options=self.loc.delta_options(),
                 commit_properties=props,
             )
             return
@@ -354,30 +355,27 @@ class DeltaStore:
         """An Arrow dataset of a version (filter and projection push down into Parquet)."""
         if self.table() is None:
             return None
-        dt = open_table(self.path, version) if version is not None else self.table()
+        dt = open_table(self.loc, version) if version is not None else self.table()
         assert dt is not None
         return dt.to_pyarrow_dataset()
 
     def referenced_files(self) -> set[str]:
         dt = self.table()
-        return set() if dt is None else {os.path.normpath(p) for p in dt.file_uris()}
+        return set() if dt is None else {str(self.at(p)) for p in dt.file_uris()}
 
     def remove_unreferenced(self, since_ns: int) -> int:
         """Delete the untracked data files a failed or killed write left, those written at or
         after ``since_ns`` (wall clock); returns how many. The lake lock makes this the only
         writer, so nothing else is writing a file the log will name."""
         removed = 0
-        for path in self.untracked_files():
-            try:
-                st = path.stat()
-            except FileNotFoundError:
-                continue
-            if st.st_mtime_ns >= since_ns - 50_000_000:  # mtimes come from a coarse clock
-                path.unlink(missing_ok=True)
-                removed += 1
+        for loc in self.untracked_files():
+            st = loc.stat()
+            # mtimes come from a coarse clock (and an object store's own clock)
+            if st is not None and st.mtime_ns >= since_ns - 50_000_000:
+                removed += loc.delete()
         return removed
 
-    def untracked_files(self) -> list[Path]:
+    def untracked_files(self) -> list[Location]:
         """Data files no version in the log names (what a killed or failed write leaves):
         a full vacuum's candidates minus the tombstones an ordinary one would take (files
         older versions still need for time travel are tombstones, never untracked)."""
@@ -391,17 +389,28 @@ class DeltaStore:
             "enforce_retention_duration": False,
         }
         untracked = set(dt.vacuum(full=True, **opts)) - set(dt.vacuum(full=False, **opts))
-        return sorted(self.path / rel for rel in untracked)
+        found = [self.at(rel) for rel in sorted(untracked)]
+        if self.loc.is_local:
+            return found
+        # Arrow leaves an empty "folder/" marker object where it deleted a file on object
+        # storage, and delta-rs lists it as a file: it is not a data file.
+        return [loc for loc in found if loc.kind() != "folder"]
 
-    def data_files(self) -> list[Path]:
+    def at(self, rel: str) -> Location:
+        """A data file of the table named as the log or delta-rs names it (relative, or whole)."""
+        return Location.of(rel) if "://" in rel or os.path.isabs(rel) else self.loc / rel
+
+    def data_files(self) -> list[Location]:
         """Every Parquet file under the table folder, referenced or not."""
-        if not self.path.exists():
-            return []
-        return [p for p in self.path.rglob("*.parquet") if "_delta_log" not in p.parts]
+        return [
+            self.loc / e.rel
+            for e in self.loc.files(".parquet")
+            if not e.rel.startswith(LOG_DIR + "/")
+        ]
 
     # -- what verify needs: the log's own health, and each live file's story ----------------
 
-    def log_damage(self) -> list[tuple[str, list[Path]]]:
+    def log_damage(self) -> list[tuple[str, list[Location]]]:
         """Damage in ``_delta_log`` that stops the table from opening (or its history from being
         read): (what is wrong, the files ``set_aside_log`` moves away to fix it). No files
         means lakecurate cannot fix it; the text then says what to do.
@@ -411,12 +420,11 @@ class DeltaStore:
         log is listed without it), and the last commit file when it is not even JSON (a torn
         write: it never took effect for anyone who could read it). Nothing else.
         """
-        log = self.path / LOG_DIR
-        if not log.is_dir():
-            return []
-        commits: dict[int, Path] = {}
-        checkpoints: dict[int, list[Path]] = {}
-        for path in log.iterdir():
+        log = self.loc / LOG_DIR
+        commits: dict[int, Location] = {}
+        checkpoints: dict[int, list[Location]] = {}
+        for entry in log.files(recursive=False):
+            path = log / entry.rel
             stem = path.name.split(".", 1)[0]
             if not stem.isdigit():
                 continue
@@ -424,7 +432,7 @@ class DeltaStore:
                 commits[int(stem)] = path
             elif ".checkpoint." in path.name and path.name.endswith(".parquet"):
                 checkpoints.setdefault(int(stem), []).append(path)
-        found: list[tuple[str, list[Path]]] = []
+        found: list[tuple[str, list[Location]]] = []
         bad = {
             v: why
             for v in checkpoints
@@ -439,7 +447,7 @@ class DeltaStore:
                     (
                         f"damaged checkpoint {names} ({why}); the commit files before it "
                         "still describe the table",
-                        sorted(checkpoints[v]),
+                        sorted(checkpoints[v], key=str),
                     )
                 )
             else:
@@ -452,7 +460,7 @@ class DeltaStore:
                     )
                 )
         hint = log / "_last_checkpoint"
-        if hint.exists():
+        if hint.stat() is not None:
             try:
                 named: int | None = int(json.loads(hint.read_bytes())["version"])
                 problem = (
@@ -499,15 +507,16 @@ class DeltaStore:
         return found
 
     def set_aside_log(self, quarantine: Path) -> list[str]:
-        """Move the log files ``log_damage`` can fix into ``quarantine`` (never delete them);
-        returns what was moved."""
+        """Move the log files ``log_damage`` can fix into the local folder ``quarantine``
+        (never delete them): copied whole first, then removed; returns what was moved."""
         done = []
         stamp = time.strftime("%Y%m%dT%H%M%S")
         for _, paths in self.log_damage():
             for path in paths:
                 quarantine.mkdir(parents=True, exist_ok=True)
                 dest = quarantine / f"{stamp}-{path.name}"
-                shutil.move(path, dest)
+                atomic.write_bytes(dest, path.read_bytes())
+                path.delete()
                 done.append(f"moved {path} to {dest}")
         self._dt = None
         return done
@@ -528,7 +537,7 @@ class DeltaStore:
         return [
             {
                 "rel": unquote(rel),
-                "path": str(self.path / unquote(rel)),
+                "path": str(self.at(unquote(rel))),
                 "rows": rows,
                 "chunk_keys": sorted({k for k in (lo, hi) if k is not None}),
             }
@@ -545,14 +554,13 @@ class DeltaStore:
         """Data file (relative path) -> the version whose commit added it, from the commit
         files still in the log (a file added before a cleaned-up commit is absent)."""
         out: dict[str, int] = {}
-        log = self.path / LOG_DIR
-        names = sorted(p.name for p in log.glob("*.json")) if log.is_dir() else []
-        for name in names:
-            stem = name.split(".", 1)[0]
+        log = self.loc / LOG_DIR
+        for entry in log.files(".json", recursive=False):
+            stem = entry.rel.split(".", 1)[0]
             if not stem.isdigit():
                 continue
             with contextlib.suppress(OSError, ValueError):
-                for line in (log / name).read_text(encoding="utf-8").splitlines():
+                for line in (log / entry.rel).read_bytes().decode("utf-8").splitlines():
                     if '"add"' in line:
                         add = json.loads(line).get("add") or {}
                         if "path" in add:
@@ -566,11 +574,8 @@ class DeltaStore:
     def log_versions(self) -> tuple[int, int] | None:
         """(earliest, latest) version the log can reconstruct, from a listing of
         ``_delta_log`` (cheap: no commit is read); None before the first commit."""
-        log = self.path / "_delta_log"
-        if not log.is_dir():
-            return None
         commits, checkpoints = [], []
-        for name in os.listdir(log):
+        for name in (e.rel for e in (self.loc / LOG_DIR).files(recursive=False)):
             stem = name.split(".", 1)[0]
             if not stem.isdigit():
                 continue
@@ -595,7 +600,7 @@ class DeltaStore:
         """Data file -> rows of one version, from the log's add actions (file statistics)."""
         import pyarrow as pa
 
-        dt = open_table(self.path, version)
+        dt = open_table(self.loc, version)
         actions = pa.table(dt.get_add_actions(flatten=True))
         return dict(
             zip(actions["path"].to_pylist(), actions["num_records"].to_pylist(), strict=True)
@@ -611,7 +616,7 @@ class DeltaStore:
         """
         self.readability().check(version)
         try:
-            dt = DeltaTable(str(self.path), version=version)
+            dt = open_table(self.loc, version)
         except (DeltaError, OSError) as exc:
             raise LookupError(
                 f"the log cannot reconstruct version {version}: {one_line(exc)}"
@@ -634,13 +639,13 @@ class DeltaStore:
         import pyarrow.fs as pafs
 
         protocol = dt.protocol()
-        if protocol.min_reader_version > 1 or protocol.reader_features or "://" in str(self.path):
+        if protocol.min_reader_version > 1 or protocol.reader_features:
             return None
         actions = pa.table(dt.get_add_actions(flatten=True))
         needed = {"path", "partition.kept", "min.id", "max.id"}
         if not needed <= set(actions.column_names):
             return None
-        fs = pafs.SubTreeFileSystem(str(self.path.resolve()), pafs.LocalFileSystem())
+        fs = pafs.SubTreeFileSystem(self.loc.fs_path, self.loc.fs)
         fmt = pds.ParquetFileFormat()
         kept, low, high = (pds.field("kept"), pds.field("id"), pds.field("id"))
         fragments = []
@@ -738,7 +743,7 @@ class DeltaStore:
         span = self.log_versions()
         if span is None:
             raise LakeError(
-                f"the lake has no versions yet ({self.path} has no commits): run "
+                f"the lake has no versions yet ({self.loc} has no commits): run "
                 "`lakecurate ingest` first"
             )
         if self._readability is not None and self._readability[0] == span:
@@ -747,23 +752,24 @@ class DeltaStore:
         live: set[str] = set()
         if earliest > 0:  # commits before a checkpoint were cleaned up: start from it
             live = {unquote(rel) for rel in self.files_at(earliest)}
-        exists: dict[str, bool] = {}
+        listed: set[str] | None = None
 
         def on_disk(rel: str) -> bool:
-            if rel not in exists:
-                exists[rel] = "://" in rel or (self.path / rel).exists()
-            return exists[rel]
+            nonlocal listed
+            if listed is None:  # one listing of the table, not one request per file
+                listed = {e.rel for e in self.loc.files(".parquet")}
+            return "://" in rel or rel in listed
 
         gone = {rel for rel in live if not on_disk(rel)}
         missing: dict[int, tuple[int, str]] = {}
         vacuum_seen = False
-        log = self.path / LOG_DIR
+        log = self.loc / LOG_DIR
         for version in range(earliest, latest + 1):
             commit = log / f"{version:020d}.json"
             if version > earliest or earliest == 0:
                 with contextlib.suppress(FileNotFoundError):  # a gap: delta-rs will say so
-                    for line in commit.read_text(encoding="utf-8").splitlines():
-                        action = _action(commit, line)
+                    for line in commit.read_bytes().decode("utf-8").splitlines():
+                        action = _action(commit.name, line)
                         if "add" in action:
                             rel = unquote(action["add"]["path"])
                             live.add(rel)
@@ -776,7 +782,7 @@ class DeltaStore:
                         elif "VACUUM" in str((action.get("commitInfo") or {}).get("operation")):
                             vacuum_seen = True
             if gone:
-                missing[version] = (len(gone), str(self.path / min(gone)))
+                missing[version] = (len(gone), str(self.at(min(gone))))
         found = Readability(earliest, latest, missing, vacuum_seen and latest not in missing)
         self._readability = (span, found)
         return found
@@ -794,7 +800,7 @@ class DeltaStore:
         span = self.log_versions()
         if span is None:
             raise LakeError(
-                f"the lake has no versions yet ({self.path} has no commits): run "
+                f"the lake has no versions yet ({self.loc} has no commits): run "
                 "`lakecurate ingest` first"
             )
         if as_of_ms is None and (version is None or span[0] <= version <= span[1]):
@@ -828,34 +834,34 @@ class DeltaStore:
         )
 
 
-def _action(commit: Path, line: str) -> dict[str, Any]:
+def _action(commit: str, line: str) -> dict[str, Any]:
     """One action of a commit file; a line that is not JSON is one ``LakeError`` line."""
     try:
         action = json.loads(line) if line.strip() else {}
     except ValueError as exc:
         raise LakeError(
-            f"cannot read the Delta log: {commit.name} is damaged ({one_line(exc)}); run "
+            f"cannot read the Delta log: {commit} is damaged ({one_line(exc)}); run "
             "`lakecurate verify --repair`"
         ) from exc
     return action if isinstance(action, dict) else {}
 
 
-def _parquet_damage(path: Path) -> str | None:
+def _parquet_damage(path: Location) -> str | None:
     """Why a Parquet file (a checkpoint) cannot be read whole, or None when it can."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        pq.read_table(path).validate(full=True)
+        pq.read_table(path.fs_path, filesystem=path.fs).validate(full=True)
     except (OSError, ValueError, pa.ArrowException) as exc:
         return one_line(exc) or type(exc).__name__
     return None
 
 
-def _commit_damage(path: Path) -> str | None:
+def _commit_damage(path: Location) -> str | None:
     """Why a commit file is not a Delta commit (one JSON action per line), or None."""
     try:
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        lines = [ln for ln in path.read_bytes().decode("utf-8").splitlines() if ln.strip()]
     except UnicodeDecodeError:
         return "not UTF-8 text"
     except OSError as exc:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate.lake import atomic
+from lakecurate.lake.storage import Location
 from lakecurate.types import DataFile
 
 STATS_CHARS = 64
@@ -33,14 +32,15 @@ NO_MIN_MAX = frozenset({"text", "raw", "meta"})
 
 
 def write_data_files(
-    table_dir: Path, rows: pa.Table, partition_by: str, prefix: str
+    table: Location, rows: pa.Table, partition_by: str, prefix: str
 ) -> list[DataFile]:
     """Write ``rows`` as one file per value of ``partition_by`` (a boolean column).
 
     Written under the final name, as delta-rs does: no reader sees a data file until a commit
     names it, and one that a failure or a kill left unnamed is removed by the next writer
     (``DeltaStore.remove_unreferenced``, which lists ``*.parquet``), so a temp name would only
-    hide it from that clean-up. Each file is fsynced before any commit can name it.
+    hide it from that clean-up. On local disk each file is fsynced before any commit can name
+    it; on object storage it exists once its upload completes.
 
     The names are ``<prefix>-c000.snappy.parquet``: ``prefix`` must be unique to the write
     (``part-<commit seq>-<random>``), so a retried write replaces what a failed attempt left
@@ -52,17 +52,20 @@ def write_data_files(
             continue
         folder = f"{partition_by}={str(value).lower()}"
         rel = f"{folder}/{prefix}-c000.snappy.parquet"
-        path = table_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(part, path, compression="snappy")
-        atomic.fsync_path(path)  # durable before a commit names it
-        st = os.stat(path)
+        dest = table / rel
+        if dest.is_local:
+            dest.local.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(part, dest.fs_path, filesystem=dest.fs, compression="snappy")
+        if dest.is_local:
+            atomic.fsync_path(dest.local)  # durable before a commit names it
+        st = dest.stat()
+        assert st is not None, f"{dest} vanished after its write"
         files.append(
             DataFile(
                 path=rel,
-                size=st.st_size,
+                size=st.size,
                 partition_values={partition_by: str(value).lower()},
-                modification_time=st.st_mtime_ns // 1_000_000,
+                modification_time=st.mtime_ns // 1_000_000,
                 stats=json.dumps(statistics(part), separators=(",", ":")),
                 rows=part.num_rows,
             )

@@ -16,13 +16,13 @@ forced, the way Delta itself refuses it, and the default is a dry run.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lakecurate.config import Config
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.paths import LakePaths
 from lakecurate.lake.record import CommitRecord
+from lakecurate.lake.storage import Location
 from lakecurate.store.session import write_session
 
 
@@ -123,13 +123,10 @@ def vacuum(
         return VacuumReport(False, hours, files, size, readable)
 
 
-def _size(documents: Path, files: list[str]) -> int:
-    total = 0
-    for name in files:
-        path = Path(name) if Path(name).is_absolute() else documents / name
-        if path.exists():
-            total += path.stat().st_size
-    return total
+def _size(documents: Location, files: list[str]) -> int:
+    """The bytes of ``files`` (as delta-rs's vacuum names them) that are still there."""
+    delta = DeltaStore(documents)
+    return sum(st.size for name in files if (st := delta.at(name).stat()) is not None)
 
 
 def checkpoint(paths: LakePaths, cfg: Config | None) -> int:

@@ -45,6 +45,7 @@ from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.lock import LakeLock
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import resync
@@ -145,12 +146,10 @@ def _bad_file(
 
 def _file_keys(path: str) -> list[str]:
     """The chunk keys stored in a data file, when at least that column still reads."""
+    loc = Location.of(path)
     try:
-        return sorted(
-            pc.unique(pq.read_table(path, columns=["chunk_key"])["chunk_key"])
-            .drop_null()
-            .to_pylist()
-        )
+        rows = pq.read_table(loc.fs_path, columns=["chunk_key"], filesystem=loc.fs)
+        return sorted(pc.unique(rows["chunk_key"]).drop_null().to_pylist())
     except _READ_ERRORS:
         return []
 
@@ -177,24 +176,25 @@ def _check_files(delta: DeltaStore, report: VerifyReport, deep: bool) -> None:
 
 def _file_problem(f: dict[str, Any], con: duckdb.DuckDBPyConnection | None) -> str | None:
     """Why one data file is bad ("missing", "unreadable (...)", "damaged (...)"), or None."""
-    path = f["path"]
-    if not os.path.exists(path):
+    loc = Location.of(f["path"])
+    if loc.stat() is None:
         return "missing"
     rows = bad = 0
     try:
         if con is None:
-            pq.read_metadata(path)
+            pq.read_metadata(loc.fs_path, filesystem=loc.fs)
             return None
-        parquet = pq.ParquetFile(path)
-        for i in range(parquet.num_row_groups):  # one row group in memory at a time
-            group = parquet.read_row_group(i)
-            group.validate(full=True)
-            rows += group.num_rows
-            con.register("file_rows", group)
-            try:
-                bad += con.execute(engine.q("verify.text_hash_mismatches")).fetchall()[0][0]
-            finally:
-                con.unregister("file_rows")
+        with loc.open() as file:
+            parquet = pq.ParquetFile(file)
+            for i in range(parquet.num_row_groups):  # one row group in memory at a time
+                group = parquet.read_row_group(i)
+                group.validate(full=True)
+                rows += group.num_rows
+                con.register("file_rows", group)
+                try:
+                    bad += con.execute(engine.q("verify.text_hash_mismatches")).fetchall()[0][0]
+                finally:
+                    con.unregister("file_rows")
     except _READ_ERRORS as exc:
         return f"unreadable ({one_line(exc) or type(exc).__name__})"
     if f["rows"] is not None and rows != int(f["rows"]):
@@ -387,7 +387,7 @@ def _check_log(delta: DeltaStore, paths: LakePaths, report: VerifyReport, repair
     except LakeError as exc:
         if not damage:
             report.problems.append(one_line(exc))
-        report.unrepairable.append(str(delta.path))
+        report.unrepairable.append(str(delta.loc))
         return False
     return True
 
@@ -441,7 +441,7 @@ def _verify(
     table_ok = readable and not report.unrepairable
     untracked = delta.untracked_files() if table_ok else []
     report.problems += [f"orphan data file (no version names it): {p}" for p in untracked]
-    stale: list[Path] = []
+    stale: list[Location] = []
     if state is not None:
         try:
             if table_ok:  # the table cannot be scanned with files missing
@@ -504,9 +504,13 @@ def _verify(
         f"re-derived the state from the table: {out.chunks_in_table} chunk(s) SUCCESS, "
         f"{len(out.requeued)} re-queued, {out.commits_added} commit(s) recorded"
     )
-    for what, files in (("temp", temps), ("orphan data", untracked), ("stale staged", stale)):
+    for what, files in (
+        ("temp", [Location.of(p) for p in temps]),
+        ("orphan data", untracked),
+        ("stale staged", stale),
+    ):
         for p in files:
-            p.unlink(missing_ok=True)
+            p.delete()
         if files:
             report.repaired.append(f"removed {len(files)} {what} file(s)")
     _repair_bands(state, delta, cfg, SignatureFiles(paths.signatures), report)

@@ -34,6 +34,7 @@ from lakecurate import engine, faults
 from lakecurate.errors import LakeError, one_line
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore, utc_text
+from lakecurate.lake.storage import Location
 from lakecurate.read import query
 from lakecurate.schema import DOCUMENT_SCHEMA
 
@@ -207,7 +208,7 @@ def _batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
 
 def export(
     state: Path,
-    documents: Path,
+    documents: Location,
     version: int,
     out: Path,
     *,

@@ -25,6 +25,7 @@ from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.record import APPEND, REDECIDE, SUPERSEDE, CommitRecord
+from lakecurate.lake.storage import Location
 from lakecurate.read import query
 from lakecurate.store.state import SNAPSHOT_TABLES
 
@@ -140,7 +141,7 @@ def _result_detail(record: CommitRecord) -> str:
     return counts if n == 1 else f"{n} chunks: {counts}"
 
 
-def history(state: Path, documents: Path, limit: int | None = None) -> query.QueryResult:
+def history(state: Path, documents: Location, limit: int | None = None) -> query.QueryResult:
     """Every commit of the table, oldest first (only the newest ``limit`` when given)."""
     delta = DeltaStore(documents)
     entries = delta.log_entries()
@@ -156,7 +157,7 @@ def history(state: Path, documents: Path, limit: int | None = None) -> query.Que
 
 
 def diff(
-    state: Path, documents: Path, a: int, b: int, rows: bool = False, limit: int | None = None
+    state: Path, documents: Location, a: int, b: int, rows: bool = False, limit: int | None = None
 ) -> query.QueryResult:
     """Documents added, removed and changed in decision from version ``a`` to ``b``.
 

@@ -36,6 +36,7 @@ from lakecurate.errors import (
 )
 from lakecurate.lake.lock import reading
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,7 +92,7 @@ def parse_as_of(as_of: str | datetime.datetime) -> int:
 
 
 def resolve_version(
-    documents: Path, version: int | None = None, as_of: str | datetime.datetime | None = None
+    documents: Location, version: int | None = None, as_of: str | datetime.datetime | None = None
 ) -> int | None:
     """The Delta version a reader binds to: ``version``, the one current at ``as_of``, or the
     latest (None before the first commit). A version or time that does not exist raises one
@@ -109,7 +110,7 @@ def resolve_version(
 
 def open_reader(
     state_path: Path,
-    documents: Path,
+    documents: Location,
     version: int | None = None,
     as_of: str | datetime.datetime | None = None,
     *,
@@ -148,7 +149,7 @@ def open_reader(
             register_documents(con, "documents_dataset", documents, bound)
             con.execute(engine.q("views.create"))
         elif files:
-            files_view(con, documents, files)
+            files_view(con, documents, files, done)
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -157,14 +158,51 @@ def open_reader(
     return con
 
 
-def files_view(con: duckdb.DuckDBPyConnection, documents: Path, files: Sequence[str]) -> None:
+def files_view(
+    con: duckdb.DuckDBPyConnection, documents: Location, files: Sequence[str], bound: int | None
+) -> None:
     """A ``documents`` view over the given data files of the table (their ``kept`` partition
-    from the path): enough for the breakdowns `status` shows, with no Arrow loaded. The view
-    reads when queried, so the table's folder stays readable once external access is off."""
-    con.execute(engine.q("report.allow_folder"), {"folders": [f"{documents.resolve()}{os.sep}"]})
+    from the path), and ``file_footers``, their column chunks: enough for what `status`
+    shows, with no Arrow loaded. The view reads when queried, so the table's folder stays
+    readable once external access is off. DuckDB reads local files only (its S3 support is an
+    extension downloaded at run time): on object storage Arrow reads version ``bound``."""
+    if not documents.is_local:
+        register_documents(con, "documents_dataset", documents, bound)
+        con.execute(engine.q("views.create"))
+        con.register("file_footers", _footers(files))
+        return
+    con.execute(
+        engine.q("report.allow_folder"), {"folders": [f"{documents.local.resolve()}{os.sep}"]}
+    )
     rel = con.read_parquet(list(files), hive_partitioning=True, union_by_name=True)
     rel.create_view("documents_files")
     con.execute(engine.q("report.files_view"))
+    con.execute(engine.q("report.footers_view"), {"files": list(files)})
+
+
+def _footers(files: Sequence[str]) -> pa.Table:
+    """What DuckDB's ``parquet_metadata`` gives ``file_footers``, read by Arrow: one row per
+    column chunk of each file (name, column, values, compressed bytes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = []
+    for name in files:
+        loc = Location.of(name)
+        meta = pq.read_metadata(loc.fs_path, filesystem=loc.fs)
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                col = meta.row_group(g).column(c)
+                rows.append((name, col.path_in_schema, col.num_values, col.total_compressed_size))
+    schema = pa.schema(
+        [
+            ("file_name", pa.string()),
+            ("path_in_schema", pa.string()),
+            ("num_values", pa.int64()),
+            ("total_compressed_size", pa.int64()),
+        ]
+    )
+    return pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
 
 
 def shorten_paths(res: QueryResult, column: str) -> QueryResult:
@@ -183,7 +221,7 @@ def shorten_paths(res: QueryResult, column: str) -> QueryResult:
 
 def reader_version(
     state_path: Path,
-    documents: Path,
+    documents: Location,
     version: int | None = None,
     as_of: str | datetime.datetime | None = None,
 ) -> int | None:
@@ -286,7 +324,7 @@ def _empty() -> pa.Table:
 
 
 def register_documents(
-    con: duckdb.DuckDBPyConnection, name: str, documents: Path, version: int | None
+    con: duckdb.DuckDBPyConnection, name: str, documents: Location, version: int | None
 ) -> None:
     """Make ``name`` the documents of ``version`` in ``con`` (empty before the first commit).
 
@@ -301,7 +339,7 @@ def register_documents(
         con.register(name, _empty())
         return
     try:
-        plain, views = _split_by_string_type(_native_local(ds, documents))
+        plain, views = _split_by_string_type(_native(ds, documents))
     except OSError as exc:  # a data file whose footer cannot be read
         raise damaged_table(exc) from exc
     if views is None:
@@ -352,7 +390,7 @@ def _split_by_string_type(ds: pds.Dataset) -> tuple[pds.Dataset, pds.Dataset | N
     )
 
 
-def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
+def _dataset(documents: Location, bound: int | None) -> pds.Dataset | None:
     """The dataset of one version; an old one is checked to still have its files."""
     if bound is None:
         return None  # no commit yet
@@ -369,8 +407,8 @@ def _dataset(documents: Path, bound: int | None) -> pds.Dataset | None:
         raise LakeError(f"cannot read version {bound} of {documents}: {exc}") from exc
 
 
-def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
-    """``ds`` with its Parquet files read through Arrow's own local filesystem.
+def _native(ds: pds.Dataset, root: Location) -> pds.Dataset:
+    """``ds`` with its Parquet files read through Arrow's own filesystem (local or S3).
 
     deltalake's dataset reads through a filesystem implemented in Python (a ``PyFileSystem``
     over its ``DeltaStorageHandler``). When DuckDB stops a scan early (``LIMIT``), Arrow's
@@ -378,8 +416,9 @@ def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
     shuts down, and the process segfaults, aborts or hangs *after* printing the right answer
     (``lakecurate sql "SELECT * FROM docs LIMIT 3"`` exited 134/139 or hung most of the time).
     The native filesystem has no Python in the read path. Same fragments, schema and partition
-    expressions (they carry the file statistics used for pruning); a dataset that is not plain
-    local files is returned unchanged. (The natural home of this is ``DeltaStore.dataset``.)
+    expressions (they carry the file statistics used for pruning); a dataset whose files are
+    not named relative to the table is returned unchanged. (The natural home of this is
+    ``DeltaStore.dataset``.)
     """
     import pyarrow.dataset as pds
     import pyarrow.fs as pafs
@@ -391,7 +430,7 @@ def _native_local(ds: pds.Dataset, root: Path) -> pds.Dataset:
     fragments = list(ds.get_fragments())
     if any("://" in f.path for f in fragments):
         return ds
-    fs = pafs.SubTreeFileSystem(str(root.resolve()), pafs.LocalFileSystem())
+    fs = pafs.SubTreeFileSystem(root.fs_path, root.fs)
     fmt = ds.format
     return pds.FileSystemDataset(
         [

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import html
 import math
+import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from lakecurate import __version__, engine
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore, utc_text
+from lakecurate.lake.storage import Location
 from lakecurate.read import history, query
 from lakecurate.store.state import SNAPSHOT_TABLES
 
@@ -291,7 +293,7 @@ def _throughput(entries: Sequence[dict[str, Any]]) -> tuple[str, str]:
     return line(points, (first, last), "documents committed"), rate
 
 
-def render(state: Path, documents: Path, version: int | None) -> str:
+def render(state: Path, documents: Location, version: int | None) -> str:
     """The report page as a string."""
     con = query.open_reader(state, documents, version, tables=SNAPSHOT_TABLES)
     try:
@@ -473,14 +475,15 @@ def render(state: Path, documents: Path, version: int | None) -> str:
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f'<meta name="viewport" content="width=device-width,initial-scale=1">'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
-        f'<h1>{_e(title)}</h1><div class="sub">{_e(documents.parent)} · committed {when}'
+        f'<h1>{_e(title)}</h1><div class="sub">{_e(posixpath.dirname(documents.uri))}'
+        f" · committed {when}"
         f" · config {_e(hashes or '-')} · made {made} by lakecurate {__version__}</div>"
         f'<div class="cards">{card_html}</div><div class="grid">{body}</div>'
         f"</main></body></html>\n"
     )
 
 
-def write_report(state: Path, documents: Path, version: int | None, out: Path) -> Path:
+def write_report(state: Path, documents: Location, version: int | None, out: Path) -> Path:
     """Render the report and write it atomically to ``out``; returns ``out``. A path inside
     the lake is refused (``report --html LAKE/state.duckdb`` must not replace the state)."""
     query.refuse_inside(out, state.parent, "the report")

@@ -21,6 +21,7 @@ from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.storage import Location
 from lakecurate.read import export, query, report
 from lakecurate.store.state import SNAPSHOT_TABLES
 
@@ -42,7 +43,9 @@ class Explanation:
     seconds: float
 
 
-def explain(state: Path, documents: Path, doc_id: str, version: int | None = None) -> Explanation:
+def explain(
+    state: Path, documents: Location, doc_id: str, version: int | None = None
+) -> Explanation:
     """Where document ``doc_id`` came from and what was decided about it.
 
     Fast on a large lake: every scan filters on ``id`` (or ``dup_of`` / ``cluster_id``) and
@@ -80,7 +83,7 @@ def explain(state: Path, documents: Path, doc_id: str, version: int | None = Non
 class LakeVersion:
     """A read-only view of one version of a lake (see the module docstring)."""
 
-    def __init__(self, state: Path, documents: Path, version: int | None) -> None:
+    def __init__(self, state: Path, documents: Location, version: int | None) -> None:
         self.state = state
         self.documents = documents
         self.version = version
@@ -89,7 +92,7 @@ class LakeVersion:
     def bind(
         cls,
         state: Path,
-        documents: Path,
+        documents: Location,
         version: int | None = None,
         as_of: str | datetime.datetime | None = None,
     ) -> LakeVersion:

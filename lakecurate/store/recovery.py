@@ -14,7 +14,6 @@ command finds it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +22,7 @@ from lakecurate import engine
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.record import CHUNK_KINDS, RESTORE, SUPERSEDE, CommitRecord
+from lakecurate.lake.storage import Location
 from lakecurate.schema import SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.band_index import NearDedupIndex, chunk_table_of
@@ -181,7 +181,7 @@ def reconcile(
     delta: DeltaStore,
     index: MembershipIndex,
     near: NearDedupIndex | None,
-    staging_dir: Path,
+    staging_dir: Location,
     run_id: str,
 ) -> list[str]:
     """Finish or abandon every open intent, then clean the staging folder; returns notes."""
@@ -199,21 +199,20 @@ def reconcile(
                 f"commit {seq} ({kind}) never reached Delta; will redo it"
                 + (f"; removed {removed} orphan data file(s)" if removed else "")
             )
-    if staging_dir.exists():
-        temps = [p for p in staging_dir.iterdir() if atomic.is_temp(p)]
-        for path in temps + committed_staged_files(staging_dir, state):
-            path.unlink(missing_ok=True)
+    temps = [
+        staging_dir / e.rel for e in staging_dir.files(recursive=False) if atomic.is_temp(e.rel)
+    ]
+    for path in temps + committed_staged_files(staging_dir, state):
+        path.delete()
     return notes
 
 
-def committed_staged_files(staging_dir: Path, state: StateStore) -> list[Path]:
+def committed_staged_files(staging_dir: Location, state: StateStore) -> list[Location]:
     """Staged files of chunks already committed: nothing needs them any more (those of
     pending chunks are what a resumed run commits without redoing the work)."""
-    if not staging_dir.is_dir():
-        return []
     done = {r[0] for r in state.con.execute(engine.q("state.success_keys")).fetchall()}
-    return sorted(
-        p
-        for p in staging_dir.iterdir()
-        if not atomic.is_temp(p) and p.name.split(".", 1)[0] in done
-    )
+    return [
+        staging_dir / e.rel
+        for e in staging_dir.files(recursive=False)
+        if not atomic.is_temp(e.rel) and e.rel.split(".", 1)[0] in done
+    ]

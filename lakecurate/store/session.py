@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from lakecurate.config import Config
+from lakecurate.errors import one_line
 from lakecurate.lake import atomic
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.lock import LakeLock
 from lakecurate.lake.paths import LakePaths
+from lakecurate.store import remote
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import catch_up
@@ -61,7 +63,7 @@ def write_session(
     it however the session ends."""
     if create:
         paths.root.mkdir(parents=True, exist_ok=True)
-        paths.staging.mkdir(exist_ok=True)
+        paths.staging.makedirs()
     else:
         paths.require_state(command)
     with LakeLock.acquire(paths.lock, command) as lock:
@@ -80,6 +82,7 @@ def write_session(
                 finally:
                     if bloom:
                         session.index.save_tier1(paths.index)
+                _copy_to_lake(session)
             except BaseException as exc:
                 # On a full disk these writes may fail too: the first error is the news.
                 with contextlib.suppress(Exception):
@@ -89,6 +92,18 @@ def write_session(
         finally:
             with contextlib.suppress(Exception):
                 state.close()
+
+
+def _copy_to_lake(session: WriteSession) -> None:
+    """An object-store lake's state folder, copied to the lake after a command that wrote it
+    (``store.remote``). A failed copy fails nothing: the Delta log stays the truth."""
+    try:
+        remote.save(session.paths, session.state, session.delta.watermark())
+    except OSError as exc:
+        session.notes.append(
+            f"could not copy the state to {session.paths.name}/{remote.STATE_FOLDER} "
+            f"({one_line(exc)}); another machine would re-derive it from the Delta log"
+        )
 
 
 def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:

@@ -81,6 +81,10 @@ class StateStore:
     def close(self) -> None:
         self.con.close()
 
+    def checkpoint(self) -> None:
+        """Make the database file whole on its own (no WAL), e.g. to copy it."""
+        self._x("state.checkpoint")
+
     def _migrate(self) -> None:
         have = self._x("state.has_meta_table").fetchone()
         current = 0
@@ -189,7 +193,7 @@ class StateStore:
     def chunks_under(self, folder: str) -> dict[str, list[tuple[ChunkSpec, Status]]]:
         """Live chunks of every source below ``folder``, grouped by path."""
         out: dict[str, list[tuple[ChunkSpec, Status]]] = {}
-        prefix = folder.rstrip(os.sep) + os.sep
+        prefix = folder if folder.endswith(("/", os.sep)) else folder + os.sep
         for row in self._x("state.chunks_under", {"prefix": prefix}).fetchall():
             spec = _spec(row)
             out.setdefault(spec.source_path, []).append((spec, Status(row[-1])))

@@ -125,6 +125,12 @@ FROM chunk_events;
 -- the partition, from each file's path.
 CREATE TEMP VIEW documents AS SELECT * REPLACE (kept::VARCHAR = 'true' AS kept) FROM documents_files;
 
+-- name: footers_view
+-- `status`'s `file_footers`: the column chunks of the live data files, from their footers (a
+-- table, read now: a view cannot take the file list as a parameter).
+CREATE TEMP TABLE file_footers AS
+SELECT file_name, path_in_schema, num_values, total_compressed_size FROM parquet_metadata($files);
+
 -- name: allow_folder
 -- The folders a reader may still read once external access is off (`status`: the table's).
 SET allowed_directories = $folders;

@@ -206,3 +206,8 @@ ORDER BY source_path, chunk_index;
 
 -- name: forget_sources
 DELETE FROM sources WHERE path IN (SELECT unnest($paths::VARCHAR[]));
+
+-- name: checkpoint
+-- Write everything to the database file (and empty the WAL): the file is then whole on its own,
+-- and can be copied to the lake (store.remote).
+CHECKPOINT;

@@ -59,6 +59,6 @@ SELECT CASE WHEN file_name LIKE '%kept=true%' THEN 'kept' ELSE 'dropped' END AS 
        format_bytes(sum(total_compressed_size)::BIGINT) AS stored,
        format_bytes(coalesce(sum(total_compressed_size)
                              FILTER (WHERE path_in_schema = 'text'), 0)::BIGINT) AS text
-FROM parquet_metadata($files)
+FROM file_footers
 GROUP BY ALL
 ORDER BY documents DESC;

@@ -79,18 +79,17 @@ def test_an_unknown_config_key_names_the_file_given(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("uri", "said"),
     [
-        ("s3://bucket/lake", "lake s3://bucket/lake: object storage and URLs are not supported"),
-        ("gs://bucket/lake", "lake gs://bucket/lake: object storage"),
-        (
-            "file:///srv/lake",
-            "lake file:///srv/lake is a URL: pass the folder as a path: /srv/lake",
-        ),
+        ("s3:///lake", "s3:///lake: name a bucket, e.g. s3://my-bucket/lake"),
+        ("gs://bucket/lake", "gs://bucket/lake: only local folders and s3://"),
+        ("file:///srv/lake", "file:///srv/lake is a URL: pass the folder as a path: /srv/lake"),
     ],
 )
 @pytest.mark.parametrize("command", ["ingest", "status"])
 def test_a_lake_uri_is_refused_and_nothing_is_created(
     tmp_path: Path, uri: str, said: str, command: str
 ) -> None:
+    """Object storage is s3:// (tests/integration/test_s3.py); anything else is refused
+    before a folder is made (as a path, ``gs://b/x`` would be ``./gs:/b/x``)."""
     data = tmp_path / "in" / "a.jsonl"
     data.parent.mkdir()
     data.write_text('{"text": "hello"}\n', encoding="utf-8")

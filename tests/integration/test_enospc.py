@@ -32,6 +32,7 @@ from deltalake.exceptions import TableNotFoundError
 from helpers import assert_lake_consistent, run_lakecurate
 
 from lakecurate.ingest.staging import read_staged_result
+from lakecurate.lake.storage import Location
 
 NO_SPACE = "no space left on device"
 
@@ -107,7 +108,9 @@ def assert_nothing_partial_visible(lake: Path) -> None:
     staging = lake / "staging"
     for path in staging.iterdir() if staging.exists() else []:
         assert path.name.endswith(".parquet"), path
-        assert read_staged_result(path) is not None, f"{path} is not a complete staged file"
+        assert read_staged_result(Location.of(path)) is not None, (
+            f"{path} is not a complete staged file"
+        )
         pq.read_table(path)
     try:
         dt = DeltaTable(str(lake / "documents"))

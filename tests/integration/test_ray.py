@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import assert_lake_consistent, cli_env, lake_rows, lakecurate_cmd
+from s3server import S3Server
 
 from lakecurate import Lake
 from lakecurate.errors import UsageError
@@ -90,6 +91,23 @@ def test_removing_a_worker_node_mid_run_loses_and_doubles_nothing(
     assert driver.returncode == 0, out + err
     assert_lake_consistent(lake, small_reference)
     assert lake_rows(lake) == small_reference
+
+
+def test_a_ray_cluster_writes_an_s3_lake(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    s3: S3Server,
+    cluster: Cluster,
+) -> None:
+    """The nodes write the data files and staged files straight to object storage (the
+    cluster's processes got the S3 settings from the environment); the driver commits."""
+    uri = f"s3://{s3.bucket()}/lake"
+    report = Lake.open(uri).ingest(
+        [corpus], config=small_cfg, executor="ray", address=cluster.address
+    )
+    assert report.ok
+    assert_lake_consistent(uri, small_reference)
 
 
 def _committed(lake: Path) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 from lakecurate.ingest import cutting, worker
 from lakecurate.ingest import staging as staged_file
+from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA
 from lakecurate.types import ChunkResult, ChunkSpec, Format, WorkOrder
 
@@ -215,7 +216,7 @@ def test_staged_file_is_final_and_carries_the_result(tmp_path: Path) -> None:
     assert path == staging / f"{spec.chunk_key}.c.parquet"
     assert path.is_file()
     assert os.listdir(staging) == [path.name]  # no .tmp_ leftovers
-    assert staged_file.read_staged_result(path) == result
+    assert staged_file.read_staged_result(Location.of(path)) == result
     assert result.chunk_key == spec.chunk_key
     assert result.input_sha256 == spec.input_sha256
     assert result.config_hash == "c"
@@ -245,10 +246,10 @@ def test_staged_file_is_final_and_carries_the_result(tmp_path: Path) -> None:
 
 
 def test_read_staged_result_of_missing_or_foreign_file(tmp_path: Path) -> None:
-    assert staged_file.read_staged_result(tmp_path / "absent.parquet") is None
+    assert staged_file.read_staged_result(Location.of(tmp_path / "absent.parquet")) is None
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(pa.table({"x": [1]}), foreign)
-    assert staged_file.read_staged_result(foreign) is None
+    assert staged_file.read_staged_result(Location.of(foreign)) is None
 
 
 def test_rows_are_ordered_by_source_line(tmp_path: Path) -> None:

@@ -51,9 +51,12 @@ WORKER_SHARED = {
     "lakecurate.ingest.digest",
     "lakecurate.ingest.cutting",
     "lakecurate.lake.files",
+    "lakecurate.lake.storage",
+    "lakecurate.lake.atomic",
 }
 """Vocabulary of both sides of ingest (the staged file, a chunk's digest, how inputs are cut)
-and the one lake module a worker uses: it writes data files, never the Delta log."""
+and the lake modules a worker uses: it writes data files on the lake's storage, never the
+Delta log."""
 WORKER_DOORS = {"lakecurate.ingest.executor", "lakecurate.ingest.ray_executor"}
 """The driver modules that import worker code: the executors, which ship work to the workers
 (local processes, Ray tasks)."""

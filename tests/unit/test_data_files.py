@@ -11,6 +11,7 @@ from deltalake import DeltaTable
 
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.files import STATS_CHARS, statistics, write_data_files
+from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA
 
 
@@ -35,7 +36,7 @@ def docs(n: int, start: int = 0, chunk: str = "chunk_a") -> pa.Table:
 
 def test_one_whole_file_per_partition_without_the_partition_column(tmp_path: Path) -> None:
     rows = docs(9)
-    files = write_data_files(tmp_path, rows, "kept", "part-00000001")
+    files = write_data_files(Location.of(tmp_path), rows, "kept", "part-00000001")
     assert sorted(f.partition_values["kept"] for f in files) == ["false", "true"]
     assert sum(f.rows for f in files) == 9
     for f in files:
@@ -51,9 +52,9 @@ def test_one_whole_file_per_partition_without_the_partition_column(tmp_path: Pat
 
 def test_an_empty_partition_writes_no_file(tmp_path: Path) -> None:
     rows = docs(6).filter(pa.array([True, False, False, False, False, False]))
-    files = write_data_files(tmp_path, rows, "kept", "p")
+    files = write_data_files(Location.of(tmp_path), rows, "kept", "p")
     assert [f.partition_values["kept"] for f in files] == ["false"]
-    assert write_data_files(tmp_path, DOCUMENT_SCHEMA.empty_table(), "kept", "p") == []
+    assert write_data_files(Location.of(tmp_path), DOCUMENT_SCHEMA.empty_table(), "kept", "p") == []
 
 
 def test_statistics_bound_the_short_columns_and_leave_out_the_long_ones() -> None:
