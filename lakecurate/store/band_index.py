@@ -181,10 +181,21 @@ class NearDedupIndex:
         """Equal signature positions a verified pair needs: ceil(threshold * num_perm)."""
         return math.ceil(self.cfg.threshold * self.cfg.num_perm - 1e-9)
 
+    @property
+    def near_params(self) -> dict[str, int]:
+        """The parameters of the SQL test ``nd_near``: ``min_matches`` equal signature positions,
+        or, with ``verify_on = "shingles"``, the threshold as ``num / den`` (``num = 0`` picks the
+        signature test)."""
+        num, den = 0, 1
+        if self.cfg.verify_on == "shingles":
+            num, den = minhash.threshold_fraction(self.cfg.threshold)
+        return {"min_matches": self.min_matches, "num": num, "den": den}
+
     def create_schema(self) -> None:
         """Create the index tables, or check that an existing index was built with this config."""
         for name in (
             "dedup.create_macros",
+            "dedup.create_near_macro",
             "dedup.create_bands",
             "dedup.create_docs",
             "dedup.create_meta",
@@ -251,12 +262,10 @@ class NearDedupIndex:
             self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
-                {"verify": self.cfg.verify, "min_matches": self.min_matches},
+                {"verify": self.cfg.verify, **self.near_params},
             )
             if kept:
-                self.con.execute(
-                    engine.q("dedup.init_labels_kept"), {"min_matches": self.min_matches}
-                )
+                self.con.execute(engine.q("dedup.init_labels_kept"), self.near_params)
                 self.con.execute(engine.q("dedup.start_labels_kept"))
             else:
                 self.con.execute(engine.q("dedup.init_labels"))
@@ -266,9 +275,7 @@ class NearDedupIndex:
                 if self.rounds > MAX_ROUNDS:
                     raise LakeError("near-dedup label propagation did not settle: report a bug")
                 if kept:
-                    self.con.execute(
-                        engine.q("dedup.step_labels_kept"), {"min_matches": self.min_matches}
-                    )
+                    self.con.execute(engine.q("dedup.step_labels_kept"), self.near_params)
                 else:
                     self.con.execute(engine.q("dedup.step_labels"))
                 ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()

@@ -38,11 +38,20 @@ def chunk_signatures(texts: Sequence[str], cfg: NearDedupConfig) -> tuple[pa.Arr
     """(signature, bands) list columns for ``texts``; both NULL for a text without tokens.
 
     This is what a worker computes for each kept document of its chunk; the driver only joins.
+    With ``verify_on = "shingles"`` the "signature" column holds what verification compares:
+    the document's shingle set (``minhash.shingle_sets``, sorted 32-bit hashes), not its MinHash
+    signature; the bands are the signature's either way.
     """
-    sig = minhash.signatures_of_texts(texts, cfg)
+    exact = cfg.verify and cfg.verify_on == "shingles"
+    sig, set_values, set_offsets = minhash.sketch_texts(texts, cfg, with_sets=exact)
     valid = ~minhash.is_empty(sig)
-    bands = minhash.band_hashes(sig, *minhash.layout(cfg))
-    return (_list_array(sig, valid, pa.uint32()), _list_array(bands, valid, pa.uint64()))
+    bands = _list_array(minhash.band_hashes(sig, *minhash.layout(cfg)), valid, pa.uint64())
+    if not exact:
+        return _list_array(sig, valid, pa.uint32()), bands
+    offsets = pa.array(set_offsets.astype(np.int32))
+    values = pa.array(set_values, type=pa.uint32())
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.ListArray.from_arrays(offsets, values, mask=mask), bands
 
 
 def near_dedup_candidates(rows: pa.Table) -> pa.Array:
