@@ -272,8 +272,9 @@ class NearDedupConfig:
             raise ConfigError(f"[near_dedup].link = {self.link!r}: must be {allowed}")
         if self.link == "kept" and not self.verify:
             raise ConfigError(
-                '[near_dedup].link = "kept" compares each document with its '
-                "cluster's kept document by signature: it needs verify = true"
+                '[near_dedup].link = "kept" (the default) compares each document with its '
+                "cluster's kept document, as verification does: it needs verify = true; "
+                'with verify = false set link = "any"'
             )
         self._check_ranges()
 

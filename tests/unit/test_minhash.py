@@ -187,7 +187,7 @@ def test_fingerprint_ignores_what_does_not_change_signatures() -> None:
     band layout."""
     base = mh.fingerprint(CFG)
     assert mh.fingerprint(NearDedupConfig(enabled=True, link="kept")) == base
-    explicit = NearDedupConfig(bands=16, rows=8, threshold=0.6, verify=False)
+    explicit = NearDedupConfig(bands=16, rows=8, threshold=0.6, verify=False, link="any")
     assert mh.layout(explicit) == mh.layout(CFG) and mh.fingerprint(explicit) == base
     assert mh.fingerprint(NearDedupConfig(threshold=0.6)) != base  # another layout
 
@@ -195,7 +195,8 @@ def test_fingerprint_ignores_what_does_not_change_signatures() -> None:
 def test_describe_keeps_its_keys() -> None:
     """The keys and values ``describe`` had before the config classes were merged, plus
     ``enabled`` and ``link``."""
-    assert mh.describe(NearDedupConfig(enabled=True, link="kept")) == {
+    old = NearDedupConfig(enabled=True, link="kept", unit="auto", verify_on="signature")
+    assert mh.describe(old) == {
         "num_perm": 128,
         "ngram": 5,
         "seed": 1,
@@ -204,6 +205,7 @@ def test_describe_keeps_its_keys() -> None:
         "bands": 16,
         "rows": 8,
         "verify": True,
+        "verify_on": "signature",
         "enabled": True,
         "link": "kept",
         "fingerprint": "b901ddf28126623b",
@@ -215,14 +217,37 @@ def test_describe_keeps_its_keys() -> None:
 # stores its fingerprint with its band index, so a change here makes every existing lake refuse
 # its index. Only ALGORITHM_VERSION or the Unicode version may change them, on purpose.
 PINNED_FINGERPRINTS = [
-    ({}, "b901ddf28126623b", (16, 8)),
+    ({"unit": "auto", "verify_on": "signature"}, "b901ddf28126623b", (16, 8)),
     (
-        {"threshold": 0.7, "num_perm": 256, "ngram": 3, "unit": "word", "seed": 7, "verify": False},
+        {
+            "threshold": 0.7,
+            "num_perm": 256,
+            "ngram": 3,
+            "unit": "word",
+            "seed": 7,
+            "verify": False,
+            "link": "any",
+            "verify_on": "signature",
+        },
         "a4b4ec757e6f902e",
         (25, 10),
     ),
-    ({"num_perm": 64, "bands": 8, "rows": 8, "unit": "char"}, "bb4a0d4c99c5ae38", (8, 8)),
+    (
+        {"num_perm": 64, "bands": 8, "rows": 8, "unit": "char", "verify_on": "signature"},
+        "bb4a0d4c99c5ae38",
+        (8, 8),
+    ),
 ]
+"""(The near-dedup defaults of before issue 17 written out: ``unit = "auto"``, ``verify_on =
+"signature"``; today's defaults are another fingerprint, :func:`test_new_defaults_fingerprint`.)"""
+
+
+def test_new_defaults_fingerprint() -> None:
+    """Shingle sets in the index and per-script tokens: a fingerprint no old index has."""
+    fingerprints = {fp for _, fp, _ in PINNED_FINGERPRINTS}
+    assert mh.fingerprint(NearDedupConfig()) not in fingerprints
+    assert mh.fingerprint(NearDedupConfig(verify_on="signature")) not in fingerprints
+    assert mh.fingerprint(NearDedupConfig(unit="auto")) not in fingerprints
 
 
 @pytest.mark.parametrize(("settings", "fingerprint", "layout"), PINNED_FINGERPRINTS)
