@@ -362,11 +362,11 @@ def _slice_token_hashes(texts: Sequence[str], unit: Unit) -> tuple[U64, I64]:
     # A token starts at a word character after a non-word one, or at or after a character token
     # (the same for a whole document under word, char and auto; per character under script).
     cut = np.empty(n, dtype=np.bool_)  # a token boundary lies before position i
-    cut[0] = True
+    cut[:1] = True
     cut[1:] = ~is_word[:-1] | char_mode[:-1] | char_mode[1:]
     starts = np.flatnonzero(is_word & cut)
     ends_at = np.empty(n, dtype=np.bool_)  # a token boundary lies after position i
-    ends_at[-1] = True
+    ends_at[-1:] = True
     ends_at[:-1] = cut[1:] | ~is_word[1:]
     ends = np.flatnonzero(is_word & ends_at) + 1
     fwd, inv = _POWERS.upto(n + 1)
