@@ -21,12 +21,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from lakecurate import engine
 from lakecurate.config import NEAR_LINKS, Config, NearDedupConfig, NearLink
 from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
+from lakecurate.steps.near.signatures import common_shingles
 from lakecurate.store.signatures import SignatureFiles
 
 ROW_BITS = 32
@@ -132,6 +134,22 @@ def chunk_table_of(rows: pa.Table, seq: int) -> tuple[pa.Table, npt.NDArray[np.i
     return table, positions
 
 
+def _install_common_shingles(con: duckdb.DuckDBPyConnection) -> None:
+    """The Arrow UDF ``nd_common`` (shared shingles of two sets) that ``nd_near`` calls, once per
+    connection: DuckDB refuses a second function of the same name."""
+    ((present,),) = con.execute(engine.q("dedup.has_common_udf")).fetchall()
+    if not present:
+        con.create_function(
+            "nd_common",
+            common_shingles,
+            ["UINTEGER[]", "UINTEGER[]"],
+            "BIGINT",
+            type=PythonUDFType.ARROW,
+            null_handling=FunctionNullHandling.SPECIAL,
+            side_effects=False,
+        )
+
+
 class NearDedupIndex:
     """The LSH band index of a lake, and the chunk-by-chunk matching against it.
 
@@ -193,6 +211,7 @@ class NearDedupIndex:
 
     def create_schema(self) -> None:
         """Create the index tables, or check that an existing index was built with this config."""
+        _install_common_shingles(self.con)
         for name in (
             "dedup.create_macros",
             "dedup.create_near_macro",

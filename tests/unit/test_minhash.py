@@ -355,3 +355,26 @@ def test_exact_test_is_the_jaccard_in_integers() -> None:
         assert mh.exact_jaccard(sa, sb) == pytest.approx(
             true_jaccard(" ".join(base), " ".join(other))
         )
+
+
+def test_common_shingles_udf_counts_the_intersection_row_by_row() -> None:
+    """``nd_common`` (the Arrow UDF of the SQL test): sets of every size, empty and NULL rows,
+    and a sliced column (DuckDB hands UDFs slices of its vectors)."""
+    import pyarrow as pa
+
+    from lakecurate.steps.near.signatures import common_shingles
+
+    rng = random.Random(19)
+    left: list[list[int] | None] = []
+    right: list[list[int] | None] = []
+    for _ in range(300):
+        universe = rng.sample(range(1 << 32), rng.randint(0, 400))
+        left.append(sorted(rng.sample(universe, rng.randint(0, len(universe)))))
+        right.append(sorted(rng.sample(universe, rng.randint(0, len(universe)))))
+    left[5], right[7] = None, None
+    a = pa.array(left, pa.list_(pa.uint32())).slice(3)
+    b = pa.array(right, pa.list_(pa.uint32())).slice(3)
+    got = common_shingles(a, b).to_pylist()
+    for i, (x, y) in enumerate(zip(left[3:], right[3:], strict=True)):
+        expected = None if x is None or y is None else len(set(x) & set(y))
+        assert got[i] == expected, i

@@ -530,7 +530,12 @@ def shingle_sets(shingles: U64, offsets: I64) -> tuple[U32, I64]:
     offsets = np.asarray(offsets, dtype=np.int64)
     n_docs = len(offsets) - 1
     doc = np.repeat(np.arange(n_docs, dtype=np.uint64), np.diff(offsets))
-    keys = np.unique((doc << _S32) | (np.asarray(shingles, dtype=np.uint64) >> _S32))
+    keys = np.sort((doc << _S32) | (np.asarray(shingles, dtype=np.uint64) >> _S32))
+    if len(keys) > 1:  # distinct: np.sort and a mask, ~100x faster than np.unique (numpy 2.4)
+        keep = np.empty(len(keys), dtype=np.bool_)
+        keep[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keys = keys[keep]
     out_offsets = np.searchsorted(keys >> _S32, np.arange(n_docs + 1, dtype=np.uint64))
     return (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32), out_offsets.astype(np.int64)
 
@@ -542,6 +547,23 @@ def exact_jaccard(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
         return 1.0
     common = len(np.intersect1d(sa, sb, assume_unique=True))
     return common / (len(sa) + len(sb) - common)
+
+
+def common_counts(values_a: U32, offsets_a: I64, values_b: U32, offsets_b: I64) -> I64:
+    """``|A_i & B_i|`` for every row ``i`` of two flat lists of shingle sets (each set distinct):
+    one sort of ``row << 32 | hash`` over both, so an element both sets hold is a pair of equal
+    neighbours. Vectorised over all rows: DuckDB's ``list_intersect`` took ~60 us a pair."""
+    n = len(offsets_a) - 1
+    rows = np.arange(n, dtype=np.uint64)
+    keys = np.concatenate(
+        [
+            (np.repeat(rows, np.diff(offsets_a)) << _S32) | np.asarray(values_a, dtype=np.uint64),
+            (np.repeat(rows, np.diff(offsets_b)) << _S32) | np.asarray(values_b, dtype=np.uint64),
+        ]
+    )
+    keys.sort()
+    both = keys[1:][keys[1:] == keys[:-1]] >> _S32
+    return np.bincount(both.astype(np.int64), minlength=n).astype(np.int64)
 
 
 def is_near(common: int, size_a: int, size_b: int, threshold: float) -> bool:
