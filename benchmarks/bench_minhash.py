@@ -3,8 +3,11 @@ beside datasketch and rensa on the same documents, one core each (issue 6).
 
 Run: /work/venv/bin/python benchmarks/bench_minhash.py [--repeat 3] [--threshold 0.8]
 Data: ../shared/data/neardup/ (35,424 documents with injected near duplicates and ground truth;
-see ../shared/data/SOURCES.md); the benchmark exits 0 with a note when it is absent.
-Writes benchmarks/results/bench_minhash.json (``--out`` to change) and prints it.
+see ../shared/data/SOURCES.md), or ``--data DIR`` made by ``../shared/tools/make_neardups.py
+build`` (docs/near-dedup.md has the commands of the sets measured); the benchmark exits 0 with a
+note when it is absent. Writes benchmarks/results/bench_minhash.json (``--out`` to change) and
+prints it. lakecurate runs with the ``[near_dedup]`` defaults unless ``--link``, ``--unit``,
+``--verify-on`` or ``--num-perm`` say otherwise.
 
 Every tool runs in its own child process (peak RSS is that child's ``ru_maxrss``), takes the
 documents in file order and applies the same rule: a document joins the smallest cluster among the
@@ -72,9 +75,17 @@ CHUNKS = 8
 WORD = re.compile(r"\w+")
 
 
+def open_data(data: Path, name: str) -> Any:
+    """A file of a benchmark folder, gzipped (the shared set) or as ``make_neardups.py build``
+    writes it."""
+    if (data / f"{name}.gz").exists():
+        return gzip.open(data / f"{name}.gz", "rt", encoding="utf-8")
+    return (data / name).open(encoding="utf-8")
+
+
 def load_corpus(data: Path, limit: int | None) -> tuple[list[str], list[str]]:
     ids, texts = [], []
-    with gzip.open(data / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+    with open_data(data, "corpus.jsonl") as f:
         for line in itertools.islice(f, limit):
             rec = json.loads(line)
             ids.append(str(rec["id"]))
@@ -328,7 +339,7 @@ def score_clusters(
 
 def gold_pairs(data: Path) -> dict[tuple[str, str], float]:
     pairs = {}
-    with gzip.open(data / "pairs.tsv.gz", "rt", encoding="utf-8") as f:
+    with open_data(data, "pairs.tsv") as f:
         next(f)
         for line in f:
             a, b, j = line.split("\t")[:3]
@@ -515,7 +526,7 @@ def main() -> None:
     if args._child:
         child(args._child[0], Path(args._child[1]), args)
         return
-    if not (args.data / "corpus.jsonl.gz").exists():
+    if not any((args.data / n).exists() for n in ("corpus.jsonl.gz", "corpus.jsonl")):
         print(f"bench_minhash: {args.data} not found; nothing to measure (see SOURCES.md)")
         return
     ids, texts = load_corpus(args.data, args.limit)
