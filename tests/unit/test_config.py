@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import PINNED_NEAR_SETTINGS
 
 from lakecurate import config
 from lakecurate.config import Config, DedupConfig, IngestConfig
@@ -245,18 +246,7 @@ PINNED_HASHES = [
     ({"near_dedup": {"enabled": False, "num_perm": 256}}, "96eba498810bd6ab"),
     ({"near_dedup": {"enabled": True}}, "b7d01782bc20a8e0"),
     (
-        {
-            "near_dedup": {
-                "enabled": True,
-                "threshold": 0.7,
-                "num_perm": 256,
-                "ngram": 3,
-                "unit": "word",
-                "seed": 7,
-                "verify": False,
-                "link": "any",  # the only rule without verification
-            }
-        },
+        {"near_dedup": {"enabled": True, **PINNED_NEAR_SETTINGS}},
         "e488799891f374e0",
     ),
     (

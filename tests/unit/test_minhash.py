@@ -7,6 +7,7 @@ import unicodedata
 
 import numpy as np
 import pytest
+from helpers import PINNED_NEAR_SETTINGS
 
 from lakecurate import config
 from lakecurate.config import NearDedupConfig
@@ -219,16 +220,7 @@ def test_describe_keeps_its_keys() -> None:
 PINNED_FINGERPRINTS = [
     ({"unit": "auto", "verify_on": "signature"}, "b901ddf28126623b", (16, 8)),
     (
-        {
-            "threshold": 0.7,
-            "num_perm": 256,
-            "ngram": 3,
-            "unit": "word",
-            "seed": 7,
-            "verify": False,
-            "link": "any",
-            "verify_on": "signature",
-        },
+        {**PINNED_NEAR_SETTINGS, "verify_on": "signature"},
         "a4b4ec757e6f902e",
         (25, 10),
     ),
