@@ -171,13 +171,15 @@ class NearDedupIndex:
         cfg: NearDedupConfig,
         signatures: SignatureFiles | None = None,
     ) -> None:
-        """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins
-        a document to the smallest cluster among its earlier neighbours, so chains through
-        dropped documents merge; ``"kept"`` joins it only to a cluster whose kept document it is
-        itself near (verified against the representative, never through a chain), which needs
-        ``cfg.verify`` (the config checks that). A lake's index records its rule and refuses the
-        other one. ``signatures`` holds the signatures verification compares: the lake's
-        ``index/signatures`` files, or in memory when not given (an index on a throw-away
+        """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (lakes made before
+        issue 17) joins a document to the smallest cluster among its earlier neighbours, so
+        chains through dropped documents merge; ``"kept"`` (the default) joins it only to a
+        cluster whose kept document it is itself near (verified against the representative,
+        never through a chain), which needs ``cfg.verify`` (the config checks that). A lake's
+        index records its rule and refuses the other one. "Near" is ``nd_near``: the exact
+        Jaccard of the shingle sets with ``cfg.verify_on = "shingles"``, equal signature
+        positions with ``"signature"``. ``signatures`` holds what verification compares: the
+        lake's ``index/signatures`` files, or in memory when not given (an index on a throw-away
         connection)."""
         self.con = con
         self.cfg = cfg
