@@ -3,8 +3,11 @@ beside datasketch and rensa on the same documents, one core each (issue 6).
 
 Run: /work/venv/bin/python benchmarks/bench_minhash.py [--repeat 3] [--threshold 0.8]
 Data: ../shared/data/neardup/ (35,424 documents with injected near duplicates and ground truth;
-see ../shared/data/SOURCES.md); the benchmark exits 0 with a note when it is absent.
-Writes benchmarks/results/bench_minhash.json (``--out`` to change) and prints it.
+see ../shared/data/SOURCES.md), or ``--data DIR`` made by ``../shared/tools/make_neardups.py
+build`` (docs/near-dedup.md has the commands of the sets measured); the benchmark exits 0 with a
+note when it is absent. Writes benchmarks/results/bench_minhash.json (``--out`` to change) and
+prints it. lakecurate runs with the ``[near_dedup]`` defaults unless ``--link``, ``--unit``,
+``--verify-on`` or ``--num-perm`` say otherwise.
 
 Every tool runs in its own child process (peak RSS is that child's ``ru_maxrss``), takes the
 documents in file order and applies the same rule: a document joins the smallest cluster among the
@@ -57,6 +60,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from lakecurate.config import (  # noqa: E402  (after the path: the tree's code, not an install)
+    NEAR_LINKS,
+    NEAR_UNITS,
+    NEAR_VERIFY_ON,
+    NearDedupConfig,
+)
+
 DATA = ROOT.parent / "shared" / "data" / "neardup"
 TOOL = ROOT.parent / "shared" / "tools" / "make_neardups.py"
 RESULTS = ROOT / "benchmarks" / "results" / "bench_minhash.json"
@@ -64,9 +75,17 @@ CHUNKS = 8
 WORD = re.compile(r"\w+")
 
 
+def open_data(data: Path, name: str) -> Any:
+    """A file of a benchmark folder, gzipped (the shared set) or as ``make_neardups.py build``
+    writes it."""
+    if (data / f"{name}.gz").exists():
+        return gzip.open(data / f"{name}.gz", "rt", encoding="utf-8")
+    return (data / name).open(encoding="utf-8")
+
+
 def load_corpus(data: Path, limit: int | None) -> tuple[list[str], list[str]]:
     ids, texts = [], []
-    with gzip.open(data / "corpus.jsonl.gz", "rt", encoding="utf-8") as f:
+    with open_data(data, "corpus.jsonl") as f:
         for line in itertools.islice(f, limit):
             rec = json.loads(line)
             ids.append(str(rec["id"]))
@@ -120,7 +139,13 @@ def run_lakecurate(ids: list[str], texts: list[str], args: argparse.Namespace) -
     from lakecurate.steps.near import signatures
     from lakecurate.store import band_index
 
-    cfg = NearDedupConfig(threshold=args.threshold, num_perm=args.num_perm, link=args.link)
+    cfg = NearDedupConfig(
+        threshold=args.threshold,
+        num_perm=args.num_perm,
+        link=args.link,
+        unit=args.unit,
+        verify_on=args.verify_on,
+    )
     mh._table()  # the per-process lookup table, built once (about 0.1 s): not per document
     t0 = time.perf_counter()
     sig, bands = signatures.chunk_signatures(texts, cfg)
@@ -270,7 +295,11 @@ def run_child(tool: str, args: argparse.Namespace) -> dict[str, Any]:
             "--data",
             str(args.data),
             "--link",
-            getattr(args, "link", "any"),
+            args.link,
+            "--unit",
+            args.unit,
+            "--verify-on",
+            args.verify_on,
         ]
         if args.limit:
             cmd += ["--limit", str(args.limit)]
@@ -310,7 +339,7 @@ def score_clusters(
 
 def gold_pairs(data: Path) -> dict[tuple[str, str], float]:
     pairs = {}
-    with gzip.open(data / "pairs.tsv.gz", "rt", encoding="utf-8") as f:
+    with open_data(data, "pairs.tsv") as f:
         next(f)
         for line in f:
             a, b, j = line.split("\t")[:3]
@@ -343,12 +372,18 @@ def score_decisions(
     hit = sum(1 for i in should if labels[i] is not None and labels[i] != i)
     p = good / len(dropped) if dropped else 1.0
     r = hit / len(should) if should else 1.0
+    # Chinese recall: the documents the data set itself shingles by character (CJK-heavy).
+    cjk = [i for i in should if tool.doc_unit(texts[i], "auto") == "char"]
+    cjk_hit = sum(1 for i in cjk if labels[i] is not None and labels[i] != i)
     return {
         "dropped": len(dropped),
         "precision": round(p, 4),
         "recall": round(r, 4),
         "f1": round(2 * p * r / (p + r) if p + r else 0.0, 4),
         "should_drop": len(should),
+        "wrong_drops": len(dropped) - good,
+        "cjk_should_drop": len(cjk),
+        "cjk_recall": round(cjk_hit / len(cjk), 4) if cjk else None,
     }
 
 
@@ -468,13 +503,22 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--limit", type=int, default=None, help="only the first N documents")
     ap.add_argument("--tools", default="lakecurate,datasketch,rensa")
+    defaults = NearDedupConfig()
     ap.add_argument(
         "--link",
-        choices=["any", "kept"],
-        default="any",
+        choices=NEAR_LINKS,
+        default=defaults.link,
         help="lakecurate's clustering rule (NearDedupIndex link): 'any' joins the "
         "smallest cluster among earlier neighbours (chains), 'kept' only a "
         "cluster whose kept document is itself near",
+    )
+    ap.add_argument("--unit", choices=NEAR_UNITS, default=defaults.unit, help="lakecurate's unit")
+    ap.add_argument(
+        "--verify-on",
+        choices=NEAR_VERIFY_ON,
+        default=defaults.verify_on,
+        help="what lakecurate's verification compares: the exact Jaccard of the shingle sets "
+        "or the signatures' estimate",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--_child", nargs=2, help=argparse.SUPPRESS)
@@ -482,7 +526,7 @@ def main() -> None:
     if args._child:
         child(args._child[0], Path(args._child[1]), args)
         return
-    if not (args.data / "corpus.jsonl.gz").exists():
+    if not any((args.data / n).exists() for n in ("corpus.jsonl.gz", "corpus.jsonl")):
         print(f"bench_minhash: {args.data} not found; nothing to measure (see SOURCES.md)")
         return
     ids, texts = load_corpus(args.data, args.limit)
@@ -517,6 +561,9 @@ def main() -> None:
         "threshold": args.threshold,
         "num_perm": args.num_perm,
         "link": args.link,
+        "unit": args.unit,
+        "verify_on": args.verify_on,
+        "data": str(args.data),
         "threads": 1,
         "machine": {
             "python": platform.python_version(),

@@ -36,7 +36,9 @@ per pipeline by language; the corpus is mostly English with some French and Chin
 uses ``language="en"`` (its default) for all documents.
 
 lakecurate is run in the same session, turn about with datatrove (the same child as
-``bench_minhash.py``; default settings unless ``--num-perm`` / ``--link`` say otherwise), so the
+``bench_minhash.py``; the ``[near_dedup]`` defaults unless ``--num-perm``, ``--link``, ``--unit``
+or ``--verify-on`` say otherwise; the old defaults: ``--link any --unit auto --verify-on
+signature``), so the
 ratio ``datatrove seconds / lakecurate seconds`` compares runs made under the same machine load.
 Quality is scored exactly as in ``bench_minhash.py``. Times are medians of ``--repeat`` runs.
 """
@@ -246,11 +248,22 @@ def main() -> None:
     ap.add_argument("--dt-python", type=Path, default=DT_PYTHON)
     ap.add_argument("--no-lakecurate", action="store_true", help="datatrove only")
     ap.add_argument("--num-perm", type=int, default=128, help="lakecurate's num_perm")
+    sys.path.insert(0, str(ROOT))  # here, not at the top: the datatrove child runs this file too
+    from lakecurate.config import NEAR_LINKS, NEAR_UNITS, NEAR_VERIFY_ON, NearDedupConfig
+
+    defaults = NearDedupConfig()
     ap.add_argument(
         "--link",
-        choices=["any", "kept"],
-        default="any",
+        choices=NEAR_LINKS,
+        default=defaults.link,
         help="lakecurate's clustering rule ([near_dedup].link)",
+    )
+    ap.add_argument("--unit", choices=NEAR_UNITS, default=defaults.unit, help="lakecurate's unit")
+    ap.add_argument(
+        "--verify-on",
+        choices=NEAR_VERIFY_ON,
+        default=defaults.verify_on,
+        help="what lakecurate's verification compares ([near_dedup].verify_on)",
     )
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument(
@@ -278,13 +291,19 @@ def main() -> None:
     ids, texts = bm.load_corpus(args.data, args.limit)
     gold = bm.gold_pairs(args.data)
     lc_args = argparse.Namespace(
-        threshold=0.8, num_perm=args.num_perm, link=args.link, data=args.data, limit=args.limit
+        threshold=0.8,
+        num_perm=args.num_perm,
+        link=args.link,
+        unit=args.unit,
+        verify_on=args.verify_on,
+        data=args.data,
+        limit=args.limit,
     )
     layouts = [x for x in args.layouts.split(",") if x]
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for _ in range(args.repeat):  # turn about, so background load hits both alike
         if not args.no_lakecurate:
-            runs["lakecurate"].append(bm.run_child("lakecurate", lc_args, udf=False))
+            runs["lakecurate"].append(bm.run_child("lakecurate", lc_args))
         for layout in layouts:
             runs[f"datatrove_{layout}"].append(run_datatrove(args, layout))
     rows: dict[str, Any] = {}

@@ -140,8 +140,9 @@ class Lake:
             return cfg or Config()
         if cfg is None:
             return stored
-        if cfg.hash != stored.hash and cfg.filters.normalisation != stored.filters.normalisation:
-            # the lake keeps the rules it was made with (config.NORMALISATION_VERSION)
+        if cfg.hash != stored.hash:
+            # the lake keeps the rules it was made with (config.NORMALISATION_VERSION, and the
+            # near-dedup defaults before issue 17: config.NEAR_LEGACY)
             cfg = configuration.rules_of(cfg, stored.hash)
         if cfg.hash != stored.hash:
             raise ConfigError(
@@ -152,14 +153,15 @@ class Lake:
         return cfg
 
     def _lake_config(self) -> Config | None:
-        """The lake's lakecurate.toml. One that does not state its rule version
-        (``normalisation``) was written before the version was recorded: its documents were
-        made with the rules whose config hash the Delta log's commits carry."""
+        """The lake's lakecurate.toml. One that does not state its rules (``normalisation``,
+        and the near-dedup keys whose defaults changed: ``config.states_its_rules``) was written
+        before they were recorded: its documents were made with the rules whose config hash the
+        Delta log's commits carry."""
         if not self.paths.config.exists():
             return None
         stored = configuration.load(self.paths.config)
         text = self.paths.config.read_text(encoding="utf-8")
-        if "normalisation" in tomllib.loads(text) or not self.paths.documents.exists():
+        if configuration.states_its_rules(tomllib.loads(text)) or not self.paths.documents.exists():
             return stored
         from lakecurate.lake.delta import DeltaStore
         from lakecurate.store.rebuild import logged_config

@@ -8,6 +8,7 @@ changes decisions, so tuning ``workers`` does not make a lake look re-configured
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -169,15 +170,31 @@ class DedupConfig:
     exact: bool = True
 
 
-NearUnit = Literal["word", "char", "auto"]
+NearUnit = Literal["word", "char", "auto", "script"]
 NearLink = Literal["any", "kept"]
+NearVerifyOn = Literal["signature", "shingles"]
 
-NEAR_UNITS: tuple[NearUnit, ...] = ("word", "char", "auto")
+NEAR_UNITS: tuple[NearUnit, ...] = ("word", "char", "auto", "script")
 """Allowed values of ``[near_dedup].unit``: word shingles, character shingles (Chinese,
-Japanese), or ``auto`` (characters for a document whose letters are mostly CJK)."""
+Japanese), ``script`` (each script its own way inside a document: characters of scripts written
+without spaces, words of the others) or ``auto`` (characters for a whole document whose letters
+are mostly CJK, words otherwise: the rule of lakes made before ``script``)."""
 
 NEAR_LINKS: tuple[NearLink, ...] = ("any", "kept")
 """Allowed values of ``[near_dedup].link`` (the same as ``store.band_index.LINKS``)."""
+
+NEAR_VERIFY_ON: tuple[NearVerifyOn, ...] = ("signature", "shingles")
+"""Allowed values of ``[near_dedup].verify_on``: what verification compares, the MinHash
+signatures (an estimate) or the documents' shingle sets (the exact Jaccard)."""
+
+NEAR_LEGACY: dict[str, tuple[Any, Any]] = {
+    "unit": ("script", "auto"),
+    "link": ("kept", "any"),
+    "verify_on": ("shingles", "signature"),
+}
+"""The near-dedup defaults that changed (issue 17): key -> (default now, default before). A
+lake made before keeps the old values (``rules_of``): its lakecurate.toml lacks ``verify_on``
+(and ``link`` when older still), and its commits carry the config hash of the old rule."""
 
 _NEAR_TYPES: dict[str, tuple[type, ...]] = {
     "enabled": (bool,),
@@ -190,6 +207,7 @@ _NEAR_TYPES: dict[str, tuple[type, ...]] = {
     "rows": (int,),
     "verify": (bool,),
     "link": (str,),
+    "verify_on": (str,),
 }
 
 
@@ -211,13 +229,19 @@ class NearDedupConfig:
     ``rows`` are given, and with ``verify`` the candidates LSH finds are confirmed by their
     estimated Jaccard, which removes most of the false positives banding lets through at a small
     cost.
+
+    Since issue 17 the defaults are the best measured setting (docs/near-dedup.md, *Measured*):
+    ``unit = "script"``, ``link = "kept"`` and ``verify_on = "shingles"`` (a candidate is dropped
+    only when the exact Jaccard of the two shingle sets reaches the threshold, and only as a
+    duplicate of a kept document it is itself near). Lakes made before keep their rule
+    (:data:`NEAR_LEGACY`, ``rules_of``).
     """
 
     enabled: bool = False
     threshold: float = 0.8
     num_perm: int = 128
     ngram: int = 5
-    unit: NearUnit = "auto"
+    unit: NearUnit = "script"
     seed: int = 1
     bands: int | None = None
     rows: int | None = None
@@ -225,9 +249,12 @@ class NearDedupConfig:
     # The clustering rule (``store.band_index.LINKS``, docs/near-dedup.md): "any" joins the
     # smallest cluster among a document's earlier neighbours (chains through dropped documents
     # merge); "kept" joins only a cluster whose kept document the document is itself near (needs
-    # verify). The default stays "any" so lakes made before the key existed keep their rule and
-    # their config hash; for precision >= 0.98 use num_perm = 256 with link = "kept".
-    link: NearLink = "any"
+    # verify). Lakes made before the key existed have "any" (NEAR_LEGACY, rules_of).
+    link: NearLink = "kept"
+    # What verification compares: "shingles", the exact Jaccard of the shingle sets (stored in
+    # the lake's index/signatures files instead of the signatures), or "signature", the MinHash
+    # estimate (the rule of lakes made before the key existed).
+    verify_on: NearVerifyOn = "shingles"
 
     def __post_init__(self) -> None:
         for key, types in _NEAR_TYPES.items():
@@ -237,13 +264,17 @@ class NearDedupConfig:
             if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
                 allowed = " or ".join(t.__name__ for t in types)
                 raise ConfigError(f"[near_dedup].{key} = {value!r}: must be {allowed}")
+        if self.verify_on not in NEAR_VERIFY_ON:
+            allowed = " or ".join(f'"{v}"' for v in NEAR_VERIFY_ON)
+            raise ConfigError(f"[near_dedup].verify_on = {self.verify_on!r}: must be {allowed}")
         if self.link not in NEAR_LINKS:
             allowed = " or ".join(f'"{v}"' for v in NEAR_LINKS)
             raise ConfigError(f"[near_dedup].link = {self.link!r}: must be {allowed}")
         if self.link == "kept" and not self.verify:
             raise ConfigError(
-                '[near_dedup].link = "kept" compares each document with its '
-                "cluster's kept document by signature: it needs verify = true"
+                '[near_dedup].link = "kept" (the default) compares each document with its '
+                "cluster's kept document, as verification does: it needs verify = true; "
+                'with verify = false set link = "any"'
             )
         self._check_ranges()
 
@@ -256,7 +287,7 @@ class NearDedupConfig:
         if not 1 <= self.ngram <= 32:
             raise bad("ngram", "must be between 1 and 32")
         if self.unit not in NEAR_UNITS:
-            raise bad("unit", 'must be "word", "char" or "auto"')
+            raise bad("unit", 'must be "word", "char", "script" or "auto"')
         if not 0.0 < self.threshold < 1.0:
             raise bad("threshold", "must be between 0 and 1 (both excluded)")
         if not 0 <= self.seed < 2**63:
@@ -276,11 +307,14 @@ class NearDedupConfig:
                 raise bad("bands", "at most 255 (stored as UTINYINT)")
 
     def decision_params(self) -> dict[str, Any]:
-        """What enters the config hash: the MinHash settings, plus ``link`` when it is not the
-        default (so the hash of a lake made before ``link`` existed does not change)."""
-        out = {k: v for k, v in asdict(self).items() if k not in ("enabled", "link")}
+        """What enters the config hash: the MinHash settings, plus ``link`` and ``verify_on``
+        when they are not the rule before they existed (so the hash of a lake made before does
+        not change)."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("enabled", "link", "verify_on")}
         if self.link != "any":
             out["link"] = self.link
+        if self.verify_on != "signature":
+            out["verify_on"] = self.verify_on
         return out
 
 
@@ -491,12 +525,33 @@ def with_rules(cfg: Config, version: int) -> Config:
 
 
 def rules_of(cfg: Config, digest: str) -> Config:
-    """``cfg`` under the rule version that gives it the config hash ``digest`` (that of a lake's
-    commits), or ``cfg`` as it is when none does."""
-    for version in NORMALISATION_VERSIONS:
-        if with_rules(cfg, version).hash == digest:
-            return with_rules(cfg, version)
+    """``cfg`` under the rules that give it the config hash ``digest`` (that of a lake's
+    commits), or ``cfg`` as it is when none do: the rule version, and near-dedup keys at today's
+    default taken back to the default they had before (:data:`NEAR_LEGACY`)."""
+    for near in _near_variants(cfg.near_dedup):
+        for version in NORMALISATION_VERSIONS:
+            candidate = with_rules(replace(cfg, near_dedup=near), version)
+            if candidate.hash == digest:
+                return candidate
     return cfg
+
+
+def _near_variants(near: NearDedupConfig) -> list[NearDedupConfig]:
+    """``near`` itself first, then with every subset of its keys that are at today's default
+    set to the old default (a lake made before those defaults changed)."""
+    keys = [k for k, (now, _) in NEAR_LEGACY.items() if getattr(near, k) == now]
+    subsets = (s for size in range(1, len(keys) + 1) for s in itertools.combinations(keys, size))
+    return [near, *(replace(near, **{k: NEAR_LEGACY[k][1] for k in s}) for s in subsets)]
+
+
+def states_its_rules(data: dict[str, Any]) -> bool:
+    """Whether a lake's lakecurate.toml (parsed) names every rule that changed since lakes were
+    first made: the rule version, and the near-dedup keys of :data:`NEAR_LEGACY` when near dedup
+    is on. One that does not was written before: ``rules_of`` finds its rules from the hash."""
+    near = data.get("near_dedup", {})
+    if isinstance(near, dict) and near.get("enabled", False) and not set(NEAR_LEGACY) <= set(near):
+        return False
+    return "normalisation" in data
 
 
 def to_toml(cfg: Config) -> str:

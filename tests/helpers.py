@@ -42,6 +42,18 @@ exact = true
 
 NEAR_CONFIG = SMALL_CONFIG + "\n[near_dedup]\nenabled = true\nthreshold = 0.8\n"
 
+# Near-dedup settings whose index fingerprint (tests/unit/test_minhash.py) and config hash
+# (tests/unit/test_config.py) are pinned: every key but the defaults, without verification.
+PINNED_NEAR_SETTINGS: dict[str, object] = {
+    "threshold": 0.7,
+    "num_perm": 256,
+    "ngram": 3,
+    "unit": "word",
+    "seed": 7,
+    "verify": False,
+    "link": "any",  # the only rule without verification
+}
+
 # Six plain English sentences that pass every quality filter, for tests that need good text.
 PROSE = [
     "The river rose quickly after three days of rain, and the farmers moved their animals uphill.",

@@ -21,12 +21,14 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from lakecurate import engine
 from lakecurate.config import NEAR_LINKS, Config, NearDedupConfig, NearLink
 from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
+from lakecurate.steps.near.signatures import common_shingles
 from lakecurate.store.signatures import SignatureFiles
 
 ROW_BITS = 32
@@ -132,6 +134,22 @@ def chunk_table_of(rows: pa.Table, seq: int) -> tuple[pa.Table, npt.NDArray[np.i
     return table, positions
 
 
+def _install_common_shingles(con: duckdb.DuckDBPyConnection) -> None:
+    """The Arrow UDF ``nd_common`` (shared shingles of two sets) that ``nd_near`` calls, once per
+    connection: DuckDB refuses a second function of the same name."""
+    ((present,),) = con.execute(engine.q("dedup.has_common_udf")).fetchall()
+    if not present:
+        con.create_function(
+            "nd_common",
+            common_shingles,
+            ["UINTEGER[]", "UINTEGER[]"],
+            "BIGINT",
+            type=PythonUDFType.ARROW,
+            null_handling=FunctionNullHandling.SPECIAL,
+            side_effects=False,
+        )
+
+
 class NearDedupIndex:
     """The LSH band index of a lake, and the chunk-by-chunk matching against it.
 
@@ -153,13 +171,15 @@ class NearDedupIndex:
         cfg: NearDedupConfig,
         signatures: SignatureFiles | None = None,
     ) -> None:
-        """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (the default) joins
-        a document to the smallest cluster among its earlier neighbours, so chains through
-        dropped documents merge; ``"kept"`` joins it only to a cluster whose kept document it is
-        itself near (verified against the representative, never through a chain), which needs
-        ``cfg.verify`` (the config checks that). A lake's index records its rule and refuses the
-        other one. ``signatures`` holds the signatures verification compares: the lake's
-        ``index/signatures`` files, or in memory when not given (an index on a throw-away
+        """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (lakes made before
+        issue 17) joins a document to the smallest cluster among its earlier neighbours, so
+        chains through dropped documents merge; ``"kept"`` (the default) joins it only to a
+        cluster whose kept document it is itself near (verified against the representative,
+        never through a chain), which needs ``cfg.verify`` (the config checks that). A lake's
+        index records its rule and refuses the other one. "Near" is ``nd_near``: the exact
+        Jaccard of the shingle sets with ``cfg.verify_on = "shingles"``, equal signature
+        positions with ``"signature"``. ``signatures`` holds what verification compares: the
+        lake's ``index/signatures`` files, or in memory when not given (an index on a throw-away
         connection)."""
         self.con = con
         self.cfg = cfg
@@ -181,10 +201,22 @@ class NearDedupIndex:
         """Equal signature positions a verified pair needs: ceil(threshold * num_perm)."""
         return math.ceil(self.cfg.threshold * self.cfg.num_perm - 1e-9)
 
+    @property
+    def near_params(self) -> dict[str, int]:
+        """The parameters of the SQL test ``nd_near``: ``min_matches`` equal signature positions,
+        or, with ``verify_on = "shingles"``, the threshold as ``num / den`` (``num = 0`` picks the
+        signature test)."""
+        num, den = 0, 1
+        if self.cfg.verify_on == "shingles":
+            num, den = minhash.threshold_fraction(self.cfg.threshold)
+        return {"min_matches": self.min_matches, "num": num, "den": den}
+
     def create_schema(self) -> None:
         """Create the index tables, or check that an existing index was built with this config."""
+        _install_common_shingles(self.con)
         for name in (
             "dedup.create_macros",
+            "dedup.create_near_macro",
             "dedup.create_bands",
             "dedup.create_docs",
             "dedup.create_meta",
@@ -251,12 +283,10 @@ class NearDedupIndex:
             self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
-                {"verify": self.cfg.verify, "min_matches": self.min_matches},
+                {"verify": self.cfg.verify, **self.near_params},
             )
             if kept:
-                self.con.execute(
-                    engine.q("dedup.init_labels_kept"), {"min_matches": self.min_matches}
-                )
+                self.con.execute(engine.q("dedup.init_labels_kept"), self.near_params)
                 self.con.execute(engine.q("dedup.start_labels_kept"))
             else:
                 self.con.execute(engine.q("dedup.init_labels"))
@@ -266,9 +296,7 @@ class NearDedupIndex:
                 if self.rounds > MAX_ROUNDS:
                     raise LakeError("near-dedup label propagation did not settle: report a bug")
                 if kept:
-                    self.con.execute(
-                        engine.q("dedup.step_labels_kept"), {"min_matches": self.min_matches}
-                    )
+                    self.con.execute(engine.q("dedup.step_labels_kept"), self.near_params)
                 else:
                     self.con.execute(engine.q("dedup.step_labels"))
                 ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()

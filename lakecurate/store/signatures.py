@@ -1,7 +1,9 @@
 """MinHash signatures of the band index's documents, kept outside ``state.duckdb`` (issue 14).
 
 Verification compares a candidate pair's full signatures (``num_perm`` uint32 each, 512 bytes at
-the default), and only candidates are ever looked at: in ``state.duckdb`` the signatures were
+128), or with ``[near_dedup].verify_on = "shingles"`` (the default since issue 17) their shingle
+sets (sorted uint32 hashes, 4 bytes per distinct shingle: the same column type, stored here the
+same way), and only candidates are ever looked at: in ``state.duckdb`` the signatures were
 about half the file and grew with every document. They live instead in one uncompressed Arrow IPC
 file per commit seq, ``LAKE/index/signatures/<seq>.arrow`` (columns ``doc_seq``, sorted, and
 ``signature``), written once when the chunk joins the band index and memory-mapped on read, so a

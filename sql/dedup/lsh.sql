@@ -47,6 +47,20 @@ ALTER TABLE minhash_docs DROP COLUMN signature;
 CREATE OR REPLACE TEMP MACRO nd_matches(a, b) AS
     len(list_filter(list_zip(a, b), lambda p: p[1] = p[2]));
 
+-- name: create_near_macro
+-- Whether two documents are near, in integers: with num = 0 (verify_on = "signature") at least
+-- `need` equal signature positions; otherwise a and b are shingle sets (sorted, distinct) and
+-- their exact Jaccard i / (|a| + |b| - i) is at least num / den, i.e. i * (den + num) >=
+-- num * (|a| + |b|). The same test as steps.near.minhash.is_near.
+-- nd_common is an Arrow UDF (store.band_index: one sort over a batch of pairs; DuckDB's
+-- list_intersect took ~60 us a pair).
+CREATE OR REPLACE TEMP MACRO nd_near(a, b, need, num, den) AS
+    CASE WHEN num = 0 THEN nd_matches(a, b) >= need
+         ELSE nd_common(a, b) * (den + num) >= num * (len(a) + len(b)) END;
+
+-- name: has_common_udf
+SELECT count(*) > 0 FROM duckdb_functions() WHERE function_name = 'nd_common';
+
 -- name: create_meta
 CREATE TABLE IF NOT EXISTS minhash_meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL);
 
@@ -93,8 +107,8 @@ WHERE $clusters AND c.old
 ORDER BY 1;
 
 -- name: chunk_edges
--- The candidate pairs that are edges: with $verify, a pair stays only when at least
--- $min_matches signature positions agree (an integer test: no float rounding decides).
+-- The candidate pairs that are edges: with $verify, a pair stays only when it is near (nd_near:
+-- an integer test on the signatures or the shingle sets, no float rounding decides).
 CREATE OR REPLACE TEMP TABLE nd_edges AS
 WITH sigs AS (
     SELECT doc_seq, signature FROM nd_old_sigs WHERE $verify
@@ -106,7 +120,7 @@ FROM nd_cand c
 LEFT JOIN sigs a ON $verify AND a.doc_seq = c.src
 LEFT JOIN sigs b ON $verify AND b.doc_seq = c.dst
 WHERE NOT $verify
-   OR nd_matches(a.signature, b.signature) >= $min_matches;
+   OR nd_near(a.signature, b.signature, $min_matches, $num, $den);
 
 -- name: init_labels
 -- Start label: the smallest cluster among the document's earlier lake neighbours, or itself.
@@ -130,7 +144,7 @@ GROUP BY l.doc_seq, l.label;
 
 -- name: init_labels_kept
 -- Rule `link = 'kept'` (NearDedupIndex(..., link="kept")): a document joins a cluster only when
--- it is itself near that cluster's KEPT document (at least $min_matches equal signature positions),
+-- it is itself near that cluster's KEPT document (nd_near: the same test as verification),
 -- not merely near some member. Start label: the smallest such cluster among the clusters of its
 -- earlier lake neighbours, or itself. Kept in nd_init: every round starts again from it (labels of
 -- this rule are not monotone between rounds, so a round must not start from the previous one).
@@ -145,7 +159,7 @@ WITH cand AS (
     FROM cand c
     JOIN nd_chunk s ON s.doc_seq = c.src
     JOIN nd_old_sigs r ON r.doc_seq = c.rep
-    WHERE nd_matches(s.signature, r.signature) >= $min_matches
+    WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
     GROUP BY c.src
 )
 SELECT c.doc_seq, least(c.doc_seq, coalesce(ok.rep, c.doc_seq)) AS label
@@ -176,7 +190,7 @@ WITH cand AS (
     FROM cand c
     JOIN nd_chunk s ON s.doc_seq = c.src
     JOIN sigs r ON r.doc_seq = c.rep
-    WHERE nd_matches(s.signature, r.signature) >= $min_matches
+    WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
     GROUP BY c.src
 )
 SELECT i.doc_seq, least(i.label, coalesce(ok.rep, i.label)) AS label

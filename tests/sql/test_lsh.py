@@ -17,7 +17,9 @@ from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
 
-CFG = NearDedupConfig(threshold=0.7)
+# The signature test (verify_on = "signature"), the rule of lakes made before issue 17; the exact
+# test on shingle sets (today's default) has the same machinery checked in test_lsh_exact.py.
+CFG = NearDedupConfig(threshold=0.7, link="any", verify_on="signature")
 VOCAB = [f"v{i}" for i in range(5000)]
 
 

@@ -24,7 +24,9 @@ from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
 
-CFG = NearDedupConfig(threshold=0.7)
+# The signature test (verify_on = "signature"), whose estimates the constructed chains below are
+# made of; the exact test on shingle sets is checked in test_lsh_exact.py.
+CFG = NearDedupConfig(threshold=0.7, verify_on="signature")
 NEED = band_index.NearDedupIndex(None, CFG).min_matches  # type: ignore[arg-type]
 VOCAB = [f"w{i}" for i in range(5000)]
 
@@ -105,12 +107,15 @@ def reference(texts: list[str], link: str, cfg: NearDedupConfig = CFG) -> list[R
     sharing a band and agreeing on at least NEED positions. ``any``: the smallest cluster among
     the neighbours'; ``kept``: the smallest among those whose kept document is itself a
     neighbour-grade match (at least NEED equal positions) of the document."""
-    sig = mh.signatures_of_texts(texts, cfg)
+    sig, sets, offsets = mh.sketch_texts(texts, cfg, with_sets=True)
     bands = mh.band_hashes(sig, *mh.layout(cfg))
     empty = mh.is_empty(sig)
     need = band_index.NearDedupIndex(None, cfg).min_matches  # type: ignore[arg-type]
 
     def near(i: int, j: int) -> bool:
+        if cfg.verify_on == "shingles":  # the exact Jaccard of the shingle sets
+            a, b = sets[offsets[i] : offsets[i + 1]], sets[offsets[j] : offsets[j + 1]]
+            return mh.exact_jaccard(a, b) >= cfg.threshold
         return int((sig[i] == sig[j]).sum()) >= need
 
     label: dict[int, int] = {}
@@ -279,3 +284,21 @@ def test_kept_needs_verification_and_a_known_rule() -> None:
     with pytest.raises(ConfigError, match=r'\[near_dedup\]\.link = .all.: must be "any" or "kept"'):
         replace(CFG, link="all")  # type: ignore[arg-type]
     assert band_index.NearDedupIndex(None, replace(CFG, link="kept")).link == "kept"  # type: ignore[arg-type]
+
+
+# -- the exact test (verify_on = "shingles", today's default): the same machinery, exact Jaccard --
+EXACT = replace(CFG, verify_on="shingles")
+
+
+@pytest.mark.parametrize("link", ["any", "kept"])
+def test_exact_verification_matches_the_reference(link: band_index.Link) -> None:
+    texts = chain_corpus()
+    data = columns(texts, EXACT)
+    n = len(texts)
+    expected = reference(texts, link, EXACT)
+    assert expected != reference(texts, link, CFG)  # the estimate decides some pairs otherwise
+    assert len({c for _, c, d in expected if d is not None}) >= 10
+    for sizes, threads, shuffle in (([n], 1, None), (chunking(n, [1, 7, 40]), 2, 3)):
+        idx = new_index(link, threads, EXACT)
+        assert run(idx, data, sizes, shuffle) == expected
+        idx.con.close()

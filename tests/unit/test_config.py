@@ -6,8 +6,10 @@ import hashlib
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from helpers import PINNED_NEAR_SETTINGS
 
 from lakecurate import config
 from lakecurate.config import Config, DedupConfig, IngestConfig
@@ -244,17 +246,7 @@ PINNED_HASHES = [
     ({"near_dedup": {"enabled": False, "num_perm": 256}}, "96eba498810bd6ab"),
     ({"near_dedup": {"enabled": True}}, "b7d01782bc20a8e0"),
     (
-        {
-            "near_dedup": {
-                "enabled": True,
-                "threshold": 0.7,
-                "num_perm": 256,
-                "ngram": 3,
-                "unit": "word",
-                "seed": 7,
-                "verify": False,
-            }
-        },
+        {"near_dedup": {"enabled": True, **PINNED_NEAR_SETTINGS}},
         "e488799891f374e0",
     ),
     (
@@ -265,11 +257,31 @@ PINNED_HASHES = [
 ]
 
 
+def with_old_near_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the near-dedup defaults of before issue 17 written out (config.NEAR_LEGACY):
+    what the pinned settings meant when their hashes were recorded."""
+    near = data.get("near_dedup", {})
+    old = {k: was for k, (_, was) in config.NEAR_LEGACY.items()}
+    return {**data, "near_dedup": {**old, **near}}
+
+
 @pytest.mark.parametrize(("data", "expected"), PINNED_HASHES)
-def test_near_dedup_config_hash_is_pinned(data: dict[str, object], expected: str) -> None:
-    # Pinned under rule version 1: a lake made then keeps its rules and so its hash.
-    assert config.from_dict({**data, "normalisation": 1}).hash == expected
+def test_near_dedup_config_hash_is_pinned(data: dict[str, Any], expected: str) -> None:
+    # Pinned under rule version 1 and the old near-dedup defaults: a lake made then keeps its
+    # rules and so its hash, and today's defaults given to it resolve to those rules.
+    assert config.from_dict({**with_old_near_defaults(data), "normalisation": 1}).hash == expected
     assert config.rules_of(config.from_dict(data), expected).hash == expected
+
+
+def test_new_near_defaults_have_their_own_hash() -> None:
+    """Today's defaults are another rule: another hash, and legacy keys that say so."""
+    new = config.from_dict({"near_dedup": {"enabled": True}})
+    params = new.decision_dict()["near_dedup"]
+    assert params["link"] == "kept" and params["verify_on"] == "shingles"
+    assert params["unit"] == "script"
+    old = config.from_dict(with_old_near_defaults({"near_dedup": {"enabled": True}}))
+    assert new.hash != old.hash
+    assert config.rules_of(new, old.hash) == old
 
 
 def test_rule_version_2_has_its_own_pinned_hash() -> None:
@@ -286,7 +298,10 @@ def test_rule_version_2_has_its_own_pinned_hash() -> None:
         ({"num_perm": 8}, r"\[near_dedup\]\.num_perm = 8: must be between 16 and 1024"),
         ({"num_perm": 2048}, r"\[near_dedup\]\.num_perm = 2048: must be between 16 and 1024"),
         ({"ngram": 0}, r"\[near_dedup\]\.ngram = 0: must be between 1 and 32"),
-        ({"unit": "token"}, r"\[near_dedup\]\.unit = 'token': must be \"word\", \"char\" or"),
+        (
+            {"unit": "token"},
+            r"\[near_dedup\]\.unit = 'token': must be \"word\", \"char\", \"scr",
+        ),
         ({"threshold": 1.0}, r"\[near_dedup\]\.threshold = 1\.0: must be between 0 and 1"),
         ({"threshold": 0}, r"\[near_dedup\]\.threshold = 0\.0: must be between 0 and 1"),
         ({"threshold": math.nan}, r"\[near_dedup\]\.threshold = nan: must be between 0 and 1"),

@@ -7,6 +7,7 @@ import unicodedata
 
 import numpy as np
 import pytest
+from helpers import PINNED_NEAR_SETTINGS
 
 from lakecurate import config
 from lakecurate.config import NearDedupConfig
@@ -187,7 +188,7 @@ def test_fingerprint_ignores_what_does_not_change_signatures() -> None:
     band layout."""
     base = mh.fingerprint(CFG)
     assert mh.fingerprint(NearDedupConfig(enabled=True, link="kept")) == base
-    explicit = NearDedupConfig(bands=16, rows=8, threshold=0.6, verify=False)
+    explicit = NearDedupConfig(bands=16, rows=8, threshold=0.6, verify=False, link="any")
     assert mh.layout(explicit) == mh.layout(CFG) and mh.fingerprint(explicit) == base
     assert mh.fingerprint(NearDedupConfig(threshold=0.6)) != base  # another layout
 
@@ -195,7 +196,8 @@ def test_fingerprint_ignores_what_does_not_change_signatures() -> None:
 def test_describe_keeps_its_keys() -> None:
     """The keys and values ``describe`` had before the config classes were merged, plus
     ``enabled`` and ``link``."""
-    assert mh.describe(NearDedupConfig(enabled=True, link="kept")) == {
+    old = NearDedupConfig(enabled=True, link="kept", unit="auto", verify_on="signature")
+    assert mh.describe(old) == {
         "num_perm": 128,
         "ngram": 5,
         "seed": 1,
@@ -204,6 +206,7 @@ def test_describe_keeps_its_keys() -> None:
         "bands": 16,
         "rows": 8,
         "verify": True,
+        "verify_on": "signature",
         "enabled": True,
         "link": "kept",
         "fingerprint": "b901ddf28126623b",
@@ -215,14 +218,28 @@ def test_describe_keeps_its_keys() -> None:
 # stores its fingerprint with its band index, so a change here makes every existing lake refuse
 # its index. Only ALGORITHM_VERSION or the Unicode version may change them, on purpose.
 PINNED_FINGERPRINTS = [
-    ({}, "b901ddf28126623b", (16, 8)),
+    ({"unit": "auto", "verify_on": "signature"}, "b901ddf28126623b", (16, 8)),
     (
-        {"threshold": 0.7, "num_perm": 256, "ngram": 3, "unit": "word", "seed": 7, "verify": False},
+        {**PINNED_NEAR_SETTINGS, "verify_on": "signature"},
         "a4b4ec757e6f902e",
         (25, 10),
     ),
-    ({"num_perm": 64, "bands": 8, "rows": 8, "unit": "char"}, "bb4a0d4c99c5ae38", (8, 8)),
+    (
+        {"num_perm": 64, "bands": 8, "rows": 8, "unit": "char", "verify_on": "signature"},
+        "bb4a0d4c99c5ae38",
+        (8, 8),
+    ),
 ]
+"""(The near-dedup defaults of before issue 17 written out: ``unit = "auto"``, ``verify_on =
+"signature"``; today's defaults are another fingerprint, :func:`test_new_defaults_fingerprint`.)"""
+
+
+def test_new_defaults_fingerprint() -> None:
+    """Shingle sets in the index and per-script tokens: a fingerprint no old index has."""
+    fingerprints = {fp for _, fp, _ in PINNED_FINGERPRINTS}
+    assert mh.fingerprint(NearDedupConfig()) not in fingerprints
+    assert mh.fingerprint(NearDedupConfig(verify_on="signature")) not in fingerprints
+    assert mh.fingerprint(NearDedupConfig(unit="auto")) not in fingerprints
 
 
 @pytest.mark.parametrize(("settings", "fingerprint", "layout"), PINNED_FINGERPRINTS)
@@ -257,3 +274,99 @@ def test_signing_in_batches_gives_the_signatures_of_one_pass(
     batched = signatures.add_signatures(rows, cfg)
     assert batched.equals(whole)
     assert whole["reason"].null_count > 0 and whole.column(2).null_count > 0
+
+
+# -- unit "script": each script its own way inside one document ----------------------------------
+def test_mixed_script_text_shingles_each_script_its_own_way() -> None:
+    """Latin words stay words, every Han, kana or Thai character is a token of its own, even
+    inside one run of word characters ("Debian这种" is two scripts, three tokens)."""
+    text = "在 Debian这种规模的项目中, Hello World! สวัสดีครับ カタカナ"
+    expected = ["在", "debian", "这", "种", "规", "模", "的", "项", "目", "中", "hello", "world"]
+    expected += list("สวัสดีครับ") + list("カタカナ")
+    assert mh.tokens(text, "script") == expected
+    # the rule of lakes made before: the whole document one way (here: characters throughout)
+    assert mh.tokens(text, "auto")[:3] == ["在", "d", "e"]
+    assert mh.tokens("plain english words", "script") == ["plain", "english", "words"]
+    values, offsets = mh.token_hashes([text, "x", text], "script")
+    assert values[offsets[2] : offsets[3]].tolist() == [mh.token_hash(t) for t in expected]
+
+
+def test_script_tokens_vectorised_equal_the_reference() -> None:
+    rng = random.Random(11)
+    pieces = ["中文", "Debian", "ไทย", "ひらがな", "한국어", "x²", "_", "42", " ", ", ", "é"]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 40))) for _ in range(60)]
+    for unit in ("script", "auto", "word", "char"):
+        values, offsets = mh.token_hashes(texts, unit)  # type: ignore[arg-type]
+        for i, text in enumerate(texts):
+            expected = [mh.token_hash(t) for t in mh.tokens(text, unit)]  # type: ignore[arg-type]
+            assert values[offsets[i] : offsets[i + 1]].tolist() == expected, (unit, text)
+
+
+def test_a_latin_edit_in_a_chinese_document_costs_words_not_characters() -> None:
+    """Replacing one English word in a mostly Chinese text: with characters throughout (auto) it
+    breaks every 5-gram over its letters; per script only the 5-grams over that one word."""
+    before = "这是一个关于近似重复文档检测的测试句子我们需要足够长的文本"
+    after = "春眠不觉晓处处闻啼鸟夜来风雨声花落知多少床前明月光疑是地上霜"
+    a = f"{before} Debian {after}"
+    b = f"{before} Ubuntu {after}"
+
+    def jaccard(unit: str) -> float:
+        cfg = NearDedupConfig(unit=unit)  # type: ignore[arg-type]
+        _, sets, off = mh.sketch_texts([a, b], cfg, with_sets=True)
+        return mh.exact_jaccard(sets[off[0] : off[1]], sets[off[1] : off[2]])
+
+    assert jaccard("script") > 0.8 > jaccard("auto")
+
+
+# -- exact verification: shingle sets ------------------------------------------------------------
+def test_shingle_sets_are_the_distinct_shingles_of_each_document() -> None:
+    rng = random.Random(13)
+    texts = ["", "one two", *(" ".join(words(rng, rng.randint(1, 120))) for _ in range(20))]
+    texts.append("a b c d e a b c d e a b c d e")  # repeated shingles count once
+    _, sets, offsets = mh.sketch_texts(texts, CFG, with_sets=True)
+    for i, text in enumerate(texts):
+        expected = sorted({h >> 32 for h in shingle_set(text)})
+        assert sets[offsets[i] : offsets[i + 1]].tolist() == expected
+    assert offsets[1] - offsets[0] == 0 and offsets[-1] - offsets[-2] == 5
+
+
+def test_exact_test_is_the_jaccard_in_integers() -> None:
+    """``is_near`` (and the SQL ``nd_near``, same formula) at and around the threshold."""
+    for common, a, b in [(8, 9, 9), (80, 100, 100), (4, 5, 4), (0, 3, 3), (7, 9, 8)]:
+        exact = common / (a + b - common)
+        assert mh.is_near(common, a, b, 0.8) == (exact >= 0.8), (common, a, b)
+    assert mh.is_near(4, 5, 4, 0.8)  # 4 / 5 = 0.8 exactly: near (>=), no float rounding
+    rng = random.Random(17)
+    base = words(rng, 200)
+    for edits in (5, 10, 20, 40):
+        other = list(base)
+        for i in rng.sample(range(200), edits):
+            other[i] = rng.choice(VOCAB)
+        _, sets, off = mh.sketch_texts([" ".join(base), " ".join(other)], CFG, with_sets=True)
+        sa, sb = sets[off[0] : off[1]], sets[off[1] : off[2]]
+        assert mh.exact_jaccard(sa, sb) == pytest.approx(
+            true_jaccard(" ".join(base), " ".join(other))
+        )
+
+
+def test_common_shingles_udf_counts_the_intersection_row_by_row() -> None:
+    """``nd_common`` (the Arrow UDF of the SQL test): sets of every size, empty and NULL rows,
+    and a sliced column (DuckDB hands UDFs slices of its vectors)."""
+    import pyarrow as pa
+
+    from lakecurate.steps.near.signatures import common_shingles
+
+    rng = random.Random(19)
+    left: list[list[int] | None] = []
+    right: list[list[int] | None] = []
+    for _ in range(300):
+        universe = rng.sample(range(1 << 32), rng.randint(0, 400))
+        left.append(sorted(rng.sample(universe, rng.randint(0, len(universe)))))
+        right.append(sorted(rng.sample(universe, rng.randint(0, len(universe)))))
+    left[5], right[7] = None, None
+    a = pa.array(left, pa.list_(pa.uint32())).slice(3)
+    b = pa.array(right, pa.list_(pa.uint32())).slice(3)
+    got = common_shingles(a, b).to_pylist()
+    for i, (x, y) in enumerate(zip(left[3:], right[3:], strict=True)):
+        expected = None if x is None or y is None else len(set(x) & set(y))
+        assert got[i] == expected, i

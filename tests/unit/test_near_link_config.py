@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
+import tomllib
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ def near(**keys: object) -> Config:
     return config.from_dict({"near_dedup": {"enabled": True, **keys}})
 
 
-def test_link_defaults_to_any() -> None:
-    assert near().near_dedup.link == "any"
-    assert NearDedupConfig().link == "any"
+def test_link_defaults_to_kept() -> None:
+    """Since issue 17 (the best measured setting); lakes made before keep "any" (rules_of)."""
+    assert near().near_dedup.link == "kept"
+    assert NearDedupConfig().link == "kept"
 
 
 @pytest.mark.parametrize("value", ["any", "kept"])
@@ -56,23 +58,25 @@ def test_link_is_not_a_minhash_setting() -> None:
     assert minhash.fingerprint(kept) == minhash.fingerprint(near(num_perm=256).near_dedup)
 
 
-def test_default_link_keeps_the_hash_of_lakes_made_before_the_key() -> None:
+def test_link_any_keeps_the_hash_of_lakes_made_before_the_key() -> None:
     """A lake made before ``link`` existed has no such key in its lakecurate.toml: its hash,
     recorded with every commit, must not change (the hash canon written out by hand)."""
+    old = NearDedupConfig(unit="auto", link="any", verify_on="signature")
     before = {
         "normalisation": config.NORMALISATION_VERSION,
         "dedup": {"exact": True},
         "near_dedup": {
-            k: v for k, v in asdict(NearDedupConfig()).items() if k not in ("enabled", "link")
+            k: v for k, v in asdict(old).items() if k not in ("enabled", "link", "verify_on")
         },
     }
     canon = json.dumps(before, sort_keys=True, separators=(",", ":"))
     expected = hashlib.sha256(canon.encode()).hexdigest()[:16]
-    assert near().hash == near(link="any").hash == expected
+    assert near(link="any", unit="auto", verify_on="signature").hash == expected
+    assert config.rules_of(near(), expected).near_dedup == replace(old, enabled=True)
 
 
 def test_kept_changes_the_hash() -> None:
-    assert near(link="kept").hash != near().hash
+    assert near(link="kept").hash != near(link="any").hash
     assert near(link="kept").decision_dict()["near_dedup"]["link"] == "kept"
 
 
@@ -86,9 +90,14 @@ def test_to_toml_round_trips_the_link(tmp_path: Path, link: str) -> None:
     assert loaded == cfg and loaded.hash == cfg.hash
 
 
-def test_a_lake_toml_without_link_loads_as_any(tmp_path: Path) -> None:
+def test_a_lake_toml_without_link_keeps_any(tmp_path: Path) -> None:
+    """Read alone, a file without ``link`` gets today's default; a lake's file says whether it
+    states its rules (``states_its_rules``), and when not, its hash gives them back."""
+    text = '[near_dedup]\nenabled = true\nthreshold = 0.8\nnum_perm = 128\nunit = "auto"\n'
     path = tmp_path / "lakecurate.toml"
-    path.write_text(
-        "[near_dedup]\nenabled = true\nthreshold = 0.8\nnum_perm = 128\n", encoding="utf-8"
-    )
-    assert config.load(path).near_dedup.link == "any"
+    path.write_text(text, encoding="utf-8")
+    loaded = config.load(path)
+    assert loaded.near_dedup.link == "kept"
+    assert not config.states_its_rules(tomllib.loads(text))
+    old = near(threshold=0.8, num_perm=128, unit="auto", link="any", verify_on="signature")
+    assert config.rules_of(loaded, old.hash).near_dedup.link == "any"

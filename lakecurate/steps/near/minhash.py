@@ -12,11 +12,15 @@ part of the fingerprint.
 Normalisation (the same as :func:`normalize`): NFC, lower case, and everything that is not a letter,
 digit, mark or ``_`` (punctuation, symbols, whitespace) folded into a token boundary. Unit ``word``
 takes runs of such characters as tokens; unit ``char`` takes each such character as a token (for
-text without spaces: Chinese, Japanese); ``auto`` picks ``char`` for a document whose letters are
-more than 30 % Han or kana. Shingles are ``ngram`` consecutive tokens. A document with fewer tokens
-than ``ngram`` (but at least one) has exactly one shingle, all its tokens, so two short documents
-only match when their token sequences are identical. A document with no token at all (empty, only
-punctuation) has no signature: it never takes part in near dedup.
+text without spaces: Chinese, Japanese); ``script`` (the default) shingles each script its own
+way inside one document: every character of a script written without spaces (Han, kana, Thai,
+Lao, Khmer, Myanmar) is a token, runs of the other word characters are words, so "Debian 这种规模"
+gives ``debian 这 种 规 模``; ``auto`` (the rule of lakes made before ``script``) picks ``char`` for
+a whole document whose letters are more than 30 % Han or kana, ``word`` otherwise. Shingles
+are ``ngram`` consecutive tokens. A document with fewer tokens than ``ngram`` (but at least one)
+has exactly one shingle, all its tokens, so two short documents only match when their token
+sequences are identical. A document with no token at all (empty, only punctuation) has no
+signature: it never takes part in near dedup.
 
 Why it is fast: a batch is joined into one UTF-32 buffer, lower-cased and classified by table
 lookups, token boundaries come from ``flatnonzero``, token hashes from prefix sums, and each
@@ -61,6 +65,23 @@ benchmark: recall 0.91 -> see docs/near-dedup.md)."""
 CJK_RATIO = 0.3
 """``auto`` uses character shingles when more than this share of a document's letters are CJK."""
 
+UNSEGMENTED_RANGES = (
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x1000, 0x109F),  # Myanmar
+    (0x1780, 0x17FF),  # Khmer
+    (0x19E0, 0x19FF),  # Khmer symbols
+    (0x3040, 0x30FF),  # Hiragana, Katakana
+    (0x31F0, 0x31FF),  # Katakana phonetic extensions
+    (0x3400, 0x4DBF),  # CJK extension A
+    (0x4E00, 0x9FFF),  # CJK unified ideographs
+    (0xF900, 0xFAFF),  # CJK compatibility ideographs
+    (0xFF66, 0xFF9D),  # half-width Katakana
+    (0x20000, 0x323AF),  # CJK extensions B-H
+)
+"""Scripts written without spaces between words: unit ``script`` makes each of their word
+characters a token (a run of them would be one "word" of a whole clause). Korean writes spaces:
+words."""
+
 _SLICE_CHARS = 1 << 18
 _MAX_CP = 0x110000
 _POLY_CHAR = np.uint64(0x100000001B3)  # FNV prime: odd, so invertible modulo 2**64
@@ -100,23 +121,26 @@ def fingerprint(cfg: NearDedupConfig) -> str:
     A lake stores it with its band index and refuses signatures with another fingerprint: mixing
     them would silently miss every duplicate. ``threshold`` and ``verify`` only matter through
     the band layout, so they are left out when bands and rows are the same; ``enabled`` and
-    ``link`` do not change signatures at all. The canonical form must never change (existing
-    lakes would refuse their index): bump :data:`ALGORITHM_VERSION` instead when the math does.
+    ``link`` do not change signatures at all. ``verify_on`` is in it unless it is
+    ``"signature"`` (the index then stores shingle sets, not signatures), which keeps the
+    fingerprint of every index made before it existed. The canonical form must never change
+    (existing lakes would refuse their index): bump :data:`ALGORITHM_VERSION` instead when the
+    math does.
     """
     bands, rows = layout(cfg)
-    canon = json.dumps(
-        {
-            "algorithm": ALGORITHM_VERSION,
-            "unicode": unicodedata.unidata_version,
-            "num_perm": cfg.num_perm,
-            "ngram": cfg.ngram,
-            "seed": cfg.seed,
-            "unit": cfg.unit,
-            "bands": bands,
-            "rows": rows,
-        },
-        sort_keys=True,
-    )
+    canon_dict: dict[str, object] = {
+        "algorithm": ALGORITHM_VERSION,
+        "unicode": unicodedata.unidata_version,
+        "num_perm": cfg.num_perm,
+        "ngram": cfg.ngram,
+        "seed": cfg.seed,
+        "unit": cfg.unit,
+        "bands": bands,
+        "rows": rows,
+    }
+    if cfg.verify_on != "signature":  # the index stores shingle sets: not comparable with before
+        canon_dict["verify_on"] = cfg.verify_on
+    canon = json.dumps(canon_dict, sort_keys=True)
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
@@ -132,6 +156,7 @@ def describe(cfg: NearDedupConfig) -> dict[str, object]:
         "bands": bands,
         "rows": rows,
         "verify": cfg.verify,
+        "verify_on": cfg.verify_on,
         "enabled": cfg.enabled,
         "link": cfg.link,
         "fingerprint": fingerprint(cfg),
@@ -185,12 +210,14 @@ def choose_bands(
 # -- normalisation and tokens (the reference, one string at a time) -------------------------------
 _WORD_BIT = np.uint32(1 << 21)
 _CJK_BIT = np.uint32(1 << 22)
+_UNSEG_BIT = np.uint32(1 << 23)
 _CP_MASK = np.uint32((1 << 21) - 1)
 
 
 @cache
 def _table() -> U32:
-    """One lookup per code point: its lower case in the low 21 bits, word and CJK flags above.
+    """One lookup per code point: its lower case in the low 21 bits, word, CJK and unsegmented
+    flags above.
 
     Built once per process. Only the ranges that hold letters are walked (planes 0-3 and the
     plane-14 variation selectors); the rest (unassigned, private use, surrogates) maps to itself
@@ -205,9 +232,10 @@ def _table() -> U32:
             if ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M":
                 entry |= int(_WORD_BIT)
             table[cp] = entry
-    for lo, hi in _CJK_RANGES:
-        block = table[lo : hi + 1]
-        block[(block & _WORD_BIT) != 0] |= _CJK_BIT
+    for ranges, bit in ((_CJK_RANGES, _CJK_BIT), (UNSEGMENTED_RANGES, _UNSEG_BIT)):
+        for lo, hi in ranges:
+            block = table[lo : hi + 1]
+            block[(block & _WORD_BIT) != 0] |= bit
     return table
 
 
@@ -225,7 +253,7 @@ def normalize(text: str) -> str:
     return " ".join(_fold(text).split())
 
 
-def document_unit(text: str, unit: Unit = "auto") -> Literal["word", "char"]:
+def document_unit(text: str, unit: Unit = "auto") -> Literal["word", "char", "script"]:
     """The unit of a document: ``auto`` means ``char`` when over 30 % of its letters are CJK."""
     if unit != "auto":
         return unit
@@ -238,9 +266,26 @@ def document_unit(text: str, unit: Unit = "auto") -> Literal["word", "char"]:
 def tokens(text: str, unit: Unit = "auto") -> list[str]:
     """The tokens of one document (the reference the vectorised path is tested against)."""
     norm = normalize(text)
-    if document_unit(text, unit) == "char":
+    doc_unit = document_unit(text, unit)
+    if doc_unit == "char":
         return [ch for ch in norm if ch != " "]
+    if doc_unit == "script":
+        return [t for word in norm.split() for t in _script_split(word)]
     return norm.split()
+
+
+def _script_split(word: str) -> list[str]:
+    """A run of word characters cut so that every unsegmented character is a token of its own."""
+    table = _table()
+    out: list[str] = []
+    run = ""
+    for ch in word:
+        if int(table[ord(ch)]) & int(_UNSEG_BIT):
+            out += [run, ch] if run else [ch]
+            run = ""
+        else:
+            run += ch
+    return [*out, run] if run else out
 
 
 def _mix_int(x: int) -> int:
@@ -310,16 +355,20 @@ def _slice_token_hashes(texts: Sequence[str], unit: Unit) -> tuple[U64, I64]:
         char_mode = np.zeros(n, dtype=np.bool_)
     elif unit == "char":
         char_mode = np.ones(n, dtype=np.bool_)
+    elif unit == "script":
+        char_mode = (entries & _UNSEG_BIT) != 0
     else:
         char_mode = np.repeat(_char_docs(entries, is_word, doc_start), lens + 1)[:n]
-    prev = np.empty(n, dtype=np.bool_)
-    prev[0] = False
-    prev[1:] = is_word[:-1]
-    nxt = np.empty(n, dtype=np.bool_)
-    nxt[-1] = False
-    nxt[:-1] = is_word[1:]
-    starts = np.flatnonzero(is_word & (~prev | char_mode))
-    ends = np.flatnonzero(is_word & (~nxt | char_mode)) + 1
+    # A token starts at a word character after a non-word one, or at or after a character token
+    # (the same for a whole document under word, char and auto; per character under script).
+    cut = np.empty(n, dtype=np.bool_)  # a token boundary lies before position i
+    cut[:1] = True
+    cut[1:] = ~is_word[:-1] | char_mode[:-1] | char_mode[1:]
+    starts = np.flatnonzero(is_word & cut)
+    ends_at = np.empty(n, dtype=np.bool_)  # a token boundary lies after position i
+    ends_at[-1:] = True
+    ends_at[:-1] = cut[1:] | ~is_word[1:]
+    ends = np.flatnonzero(is_word & ends_at) + 1
     fwd, inv = _POWERS.upto(n + 1)
     prefix = np.zeros(n + 1, dtype=np.uint64)
     np.cumsum(cps.astype(np.uint64) * fwd[:n], out=prefix[1:])
@@ -447,12 +496,86 @@ def signatures(shingles: U64, offsets: I64, num_perm: int, seed: int) -> U32:
 
 def signatures_of_texts(texts: Sequence[str], cfg: NearDedupConfig) -> U32:
     """Signatures (len(texts), num_perm) of raw texts: normalise, tokenise, shingle, permute."""
+    return sketch_texts(texts, cfg, with_sets=False)[0]
+
+
+def sketch_texts(
+    texts: Sequence[str], cfg: NearDedupConfig, *, with_sets: bool
+) -> tuple[U32, U32, I64]:
+    """Signatures of raw texts and, ``with_sets``, their shingle sets (:func:`shingle_sets`,
+    else empty): one pass over the tokens for both."""
     sig = np.empty((len(texts), cfg.num_perm), dtype=np.uint32)
+    set_parts: list[tuple[U64, I64]] = []
     for a, b in _slices(texts):
         values, offsets = _slice_token_hashes(texts[a:b], cfg.unit)
         shingles, soffsets = shingle_hashes(values, offsets, cfg.ngram)
         sig[a:b] = signatures(shingles, soffsets, cfg.num_perm, cfg.seed)
-    return sig
+        if with_sets:
+            sets, set_offsets = shingle_sets(shingles, soffsets)
+            set_parts.append((sets.astype(np.uint64), set_offsets))
+    if not with_sets:
+        return sig, np.empty(0, dtype=np.uint32), np.zeros(0, dtype=np.int64)
+    values, offsets = _concat(set_parts, len(texts))
+    return sig, values.astype(np.uint32), offsets
+
+
+def shingle_sets(shingles: U64, offsets: I64) -> tuple[U32, I64]:
+    """Each document's shingles as a sorted set of 32-bit hashes, flat, with offsets.
+
+    What verification ``verify_on = "shingles"`` compares: the exact Jaccard of two documents is
+    ``|A & B| / |A | B|`` of these sets, so no estimation error decides a drop. 32 bits: a
+    document of 10,000 shingles has a chance of about 10,000² / 2³³ ≈ 1 % that two of its
+    shingles share a hash, which changes its Jaccard by 1 / 10,000 at most.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_docs = len(offsets) - 1
+    doc = np.repeat(np.arange(n_docs, dtype=np.uint64), np.diff(offsets))
+    keys = np.sort((doc << _S32) | (np.asarray(shingles, dtype=np.uint64) >> _S32))
+    if len(keys) > 1:  # distinct: np.sort and a mask, ~100x faster than np.unique (numpy 2.4)
+        keep = np.empty(len(keys), dtype=np.bool_)
+        keep[0] = True
+        np.not_equal(keys[1:], keys[:-1], out=keep[1:])
+        keys = keys[keep]
+    out_offsets = np.searchsorted(keys >> _S32, np.arange(n_docs + 1, dtype=np.uint64))
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32), out_offsets.astype(np.int64)
+
+
+def exact_jaccard(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
+    """The Jaccard similarity of two shingle sets (:func:`shingle_sets` rows)."""
+    sa, sb = np.asarray(a), np.asarray(b)
+    if len(sa) == 0 and len(sb) == 0:
+        return 1.0
+    common = len(np.intersect1d(sa, sb, assume_unique=True))
+    return common / (len(sa) + len(sb) - common)
+
+
+def common_counts(values_a: U32, offsets_a: I64, values_b: U32, offsets_b: I64) -> I64:
+    """``|A_i & B_i|`` for every row ``i`` of two flat lists of shingle sets (each set distinct):
+    one sort of ``row << 32 | hash`` over both, so an element both sets hold is a pair of equal
+    neighbours. Vectorised over all rows: DuckDB's ``list_intersect`` took ~60 us a pair."""
+    n = len(offsets_a) - 1
+    rows = np.arange(n, dtype=np.uint64)
+    keys = np.concatenate(
+        [
+            (np.repeat(rows, np.diff(offsets_a)) << _S32) | np.asarray(values_a, dtype=np.uint64),
+            (np.repeat(rows, np.diff(offsets_b)) << _S32) | np.asarray(values_b, dtype=np.uint64),
+        ]
+    )
+    keys.sort()
+    both = keys[1:][keys[1:] == keys[:-1]] >> _S32
+    return np.bincount(both.astype(np.int64), minlength=n).astype(np.int64)
+
+
+def is_near(common: int, size_a: int, size_b: int, threshold: float) -> bool:
+    """The exact test of ``verify_on = "shingles"`` in integers (the same as the SQL's):
+    ``common / (a + b - common) >= threshold`` with the threshold in millionths."""
+    num, den = threshold_fraction(threshold)
+    return common * (den + num) >= num * (size_a + size_b)
+
+
+def threshold_fraction(threshold: float) -> tuple[int, int]:
+    """``threshold`` as millionths (numerator, 1,000,000): an integer test, no float rounding."""
+    return round(threshold * 1_000_000), 1_000_000
 
 
 def is_empty(sig: U32) -> npt.NDArray[np.bool_]:

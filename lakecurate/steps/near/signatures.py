@@ -38,11 +38,20 @@ def chunk_signatures(texts: Sequence[str], cfg: NearDedupConfig) -> tuple[pa.Arr
     """(signature, bands) list columns for ``texts``; both NULL for a text without tokens.
 
     This is what a worker computes for each kept document of its chunk; the driver only joins.
+    With ``verify_on = "shingles"`` the "signature" column holds what verification compares:
+    the document's shingle set (``minhash.shingle_sets``, sorted 32-bit hashes), not its MinHash
+    signature; the bands are the signature's either way.
     """
-    sig = minhash.signatures_of_texts(texts, cfg)
+    exact = cfg.verify and cfg.verify_on == "shingles"
+    sig, set_values, set_offsets = minhash.sketch_texts(texts, cfg, with_sets=exact)
     valid = ~minhash.is_empty(sig)
-    bands = minhash.band_hashes(sig, *minhash.layout(cfg))
-    return (_list_array(sig, valid, pa.uint32()), _list_array(bands, valid, pa.uint64()))
+    bands = _list_array(minhash.band_hashes(sig, *minhash.layout(cfg)), valid, pa.uint64())
+    if not exact:
+        return _list_array(sig, valid, pa.uint32()), bands
+    offsets = pa.array(set_offsets.astype(np.int32))
+    values = pa.array(set_values, type=pa.uint32())
+    mask = None if valid.all() else pa.array(~valid)
+    return pa.ListArray.from_arrays(offsets, values, mask=mask), bands
 
 
 def near_dedup_candidates(rows: pa.Table) -> pa.Array:
@@ -90,3 +99,21 @@ def _batches(text: pa.ChunkedArray, positions: npt.NDArray[np.intp]) -> list[npt
     ends = np.cumsum(np.nan_to_num(sizes.astype(np.float64)))
     cuts = np.searchsorted(ends, np.arange(_BATCH_TEXT_BYTES, ends[-1], _BATCH_TEXT_BYTES))
     return [b for b in np.split(positions, np.unique(cuts)) if len(b)]
+
+
+def common_shingles(a: pa.Array, b: pa.Array) -> pa.Array:
+    """The DuckDB Arrow UDF ``nd_common(a, b)``: how many shingles two documents share, row by
+    row (NULL where either is NULL), for the exact test of ``verify_on = "shingles"``."""
+    a = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+    b = b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b
+    counts = minhash.common_counts(*_flat(a), *_flat(b))
+    return pa.array(counts, pa.int64(), mask=pc.or_(a.is_null(), b.is_null()).to_numpy(False))
+
+
+def _flat(col: pa.Array) -> tuple[minhash.U32, minhash.I64]:
+    """A list column as (values, offsets from 0), NULL rows empty; slices handled."""
+    lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(len(col) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    values = pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(np.uint32)
+    return values, offsets
