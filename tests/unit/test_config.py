@@ -272,12 +272,14 @@ def test_near_dedup_config_hash_is_pinned(data: dict[str, object], expected: str
     assert config.rules_of(config.from_dict(data), expected).hash == expected
 
 
-def test_rule_version_2_has_its_own_pinned_hash() -> None:
-    assert config.NORMALISATION_VERSION == 2
-    assert config.from_dict({}).hash == "99ce1db275c878a5"
+def test_each_rule_version_has_its_own_pinned_hash() -> None:
+    assert config.NORMALISATION_VERSION == 3
     assert config.from_dict({"normalisation": 2}).hash == "99ce1db275c878a5"
-    with pytest.raises(ConfigError, match="normalisation = 3: must be one of 1, 2"):
-        config.from_dict({"normalisation": 3})
+    assert config.from_dict({}).hash == "88ab87249dc10112"
+    assert config.from_dict({"normalisation": 3}).hash == "88ab87249dc10112"
+    assert config.rules_of(config.from_dict({}), "99ce1db275c878a5").filters.normalisation == 2
+    with pytest.raises(ConfigError, match="normalisation = 4: must be one of 1, 2, 3"):
+        config.from_dict({"normalisation": 4})
 
 
 @pytest.mark.parametrize(
