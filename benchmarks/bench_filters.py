@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import multiprocessing as mp
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -165,9 +165,7 @@ def agreement(
     return out
 
 
-def keep_rates(
-    con: Any, src: list[str], preset: str, version: int, repeat: int
-) -> dict[str, Any]:
+def keep_rates(con: Any, src: list[str], preset: str, version: int, repeat: int) -> dict[str, Any]:
     """Per language and per source: documents, those every filter kept, and the drops by step,
     for a preset under rule version ``version`` (2: the rules before per-language settings);
     the stage's median time over ``repeat`` runs."""
@@ -204,9 +202,7 @@ def print_keep_rates(before: dict[str, Any], after: dict[str, Any], min_docs: in
     """Before/after keep rates, languages with at least ``min_docs`` documents, and each one's
     share of English's keep rate (the bar of issue 17: 30%)."""
     changed = Counter(
-        b[0]
-        for b, a in zip(before["decisions"], after["decisions"], strict=True)
-        if b[1] != a[1]
+        b[0] for b, a in zip(before["decisions"], after["decisions"], strict=True) if b[1] != a[1]
     )
     print(
         f"stage seconds (median): before {before['stage_seconds_median']:.2f}, after "
@@ -227,8 +223,9 @@ def print_keep_rates(before: dict[str, Any], after: dict[str, Any], min_docs: in
                 if kind == "language"
                 else ""
             )
-            drops = ", ".join(f"{r.removeprefix('filter:')} {c}" for r, c in list(
-                a["dropped_by"].items())[:3])
+            drops = ", ".join(
+                f"{r.removeprefix('filter:')} {c}" for r, c in list(a["dropped_by"].items())[:3]
+            )
             print(
                 f"  {key:38s} {a['docs']:6d} docs  kept {b['kept']:6d} ({b['keep_pct']:5.1f}%) "
                 f"-> {a['kept']:6d} ({a['keep_pct']:5.1f}%){share}  {drops}",
@@ -271,7 +268,9 @@ def main() -> None:
     if args.keep_rates:
         rates = {
             "before": keep_rates(con, src, "multilingual", 2, args.repeat),
-            "after": keep_rates(con, src, "multilingual", config.NORMALISATION_VERSION, args.repeat),
+            "after": keep_rates(
+                con, src, "multilingual", config.NORMALISATION_VERSION, args.repeat
+            ),
         }
         print_keep_rates(rates["before"], rates["after"], args.min_docs)
         for r in rates.values():

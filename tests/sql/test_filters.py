@@ -120,7 +120,10 @@ def test_gopher_quality_rules(con: duckdb.DuckDBPyConnection, text: str, prefix:
 
 def test_gopher_quality_counts_distinct_stop_words(con: duckdb.DuckDBPyConnection) -> None:
     text = " ".join(["the"] * 5 + ["quick brown foxes jump over lazy dogs"] * 8)
-    assert one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text) == "gopher_quality.stop_words=1"
+    assert (
+        one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text)
+        == "gopher_quality.stop_words=1"
+    )
     assert one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text + " and") is None
 
 
@@ -347,7 +350,9 @@ def test_fineweb_keeps_prose(con: duckdb.DuckDBPyConnection) -> None:
     # datatrove's TERMINAL_PUNCTUATION ends a Chinese line too (no quotes, though).
     assert one(con, "fineweb_filter($t, lc_tokens($t))", t=CJK + "。") is None
     assert one(
-        con, "fineweb_filter($t, lc_tokens($t))", t="\n".join(['"A long enough quoted line here, ok"'] * 3)
+        con,
+        "fineweb_filter($t, lc_tokens($t))",
+        t="\n".join(['"A long enough quoted line here, ok"'] * 3),
     ).startswith("fineweb.line_punct_ratio=0.0")
 
 

@@ -56,11 +56,7 @@ def table() -> LanguageTable:
         rows.setdefault(lang, {})
     languages = tuple(sorted(rows))
     units = tuple(
-        "char"
-        if lang in words["characters"]
-        else "elision"
-        if lang in words["elision"]
-        else "word"
+        "char" if lang in words["characters"] else "elision" if lang in words["elision"] else "word"
         for lang in languages
     )
     params = sorted({k for row in rows.values() for k in row})

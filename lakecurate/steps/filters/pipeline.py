@@ -115,7 +115,7 @@ def _args(
                 else by_lang
             )
         if key == "min_stop_words" and swl:
-            own = "lc_lang_in(lang, $p{k}_swl, $normalisation)".format(k=k)
+            own = f"lc_lang_in(lang, $p{k}_swl, $normalisation)"
             if per_language:
                 out[f"p{k}_stop_words_by"] = languages.table().column("stop_words")
                 own += f" OR len(coalesce($p{k}_stop_words_by[lang_rule], [])) > 0"
