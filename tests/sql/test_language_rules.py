@@ -5,10 +5,12 @@ the English rules. These run the real worker on one chunk, and the token macro i
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pycld2
 import pytest
 from helpers import CHINESE, FRENCH, PROSE
 from helpers import run_chunk as _run
@@ -129,3 +131,20 @@ def sql_con() -> duckdb.DuckDBPyConnection:
     con = engine.connect(threads=1)
     pipeline.install(con)
     return con
+
+
+def test_the_docs_name_every_language_without_a_setting() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "filters.md").read_text()
+    para = docs.split("**Languages with no setting here")[1].split("For them")[0]
+    listed = set(re.findall(r"`([a-z]{2,3})`", para))
+    names = dict(pycld2.LANGUAGES)
+    deprecated = {"iw": "he", "jw": "jv", "in": "id", "ji": "yi", "mo": "ro"}
+    named = {deprecated.get(names[n], names[n]) for n in pycld2.DETECTED_LANGUAGES}
+    table = languages.table()
+    with_setting = {
+        lang
+        for lang, value in zip(table.languages, table.values["top_2_gram_frac"], strict=True)
+        if value is not None
+    }
+    expected = {c for c in named if re.fullmatch("[a-z]{2,3}", c)} - with_setting - {"en", "zzp"}
+    assert listed == expected
