@@ -3,7 +3,10 @@
 Each step is a macro in ``sql/filters/``; this module only chains them: one CTE per step, a step
 sees only the documents every earlier step kept, edit steps (C4 lines, PII) pass their text on,
 and the step that dropped a document is recorded (``f_step``) so the funnel can be counted
-without a loop. Every value is a bound parameter; the SQL text depends only on which steps run.
+without a loop. Every value is a bound parameter; the SQL text depends only on which steps run
+and on the rule version. From rule version 3, language id also sets each row's ``lang_rule``
+(its language's row of ``languages.table()``) and ``word_unit``, and a later quality step reads a
+per-language parameter as ``coalesce(values[lang_rule], configured)`` (``_args``).
 """
 
 from __future__ import annotations
