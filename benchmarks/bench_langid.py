@@ -190,14 +190,32 @@ def _lingua3(low: bool) -> Detector:
     return run
 
 
+def _second_opinion(first: Detector, second: Detector) -> Detector:
+    """``first``, and ``second`` for the texts ``first`` cannot name (pycld2's ``un``)."""
+
+    def run(texts: list[str]) -> list[tuple[str, float]]:
+        out = first(texts)
+        unsure = [i for i, (code, _) in enumerate(out) if iso3(code) is None]
+        for i, guess in zip(unsure, second([texts[i] for i in unsure]), strict=True):
+            out[i] = guess
+        return out
+
+    return run
+
+
 def coverage(data: Path, max_chars: int, out: Path) -> None:
     """The accuracy/coverage/speed table of docs/langid.md ("Coverage")."""
     sets = coverage_sets(data)
     known = _known_languages()
+    known["both"] = known["pycld2"] | known["lingua"]
     detectors = {
         "pycld2": ("pycld2", _pycld2()),
         "lingua (high accuracy)": ("lingua", _lingua3(False)),
         "lingua (low accuracy)": ("lingua", _lingua3(True)),
+        "pycld2, then lingua (high) where pycld2 says un": (
+            "both",
+            _second_opinion(_pycld2(), _lingua3(False)),
+        ),
     }
     results: dict[str, dict[str, object]] = {}
     for name, (family, detect) in detectors.items():
@@ -225,6 +243,7 @@ def coverage(data: Path, max_chars: int, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"max_chars": max_chars, "results": results}, indent=2))
     cols = list(sets)
+    print("accuracy / coverage / unknown, per set")
     print("| detector | languages it names | " + " | ".join(cols) + " | docs/s |")
     print("|---" * (len(cols) + 3) + "|")
     for name, row in results.items():
@@ -233,7 +252,8 @@ def coverage(data: Path, max_chars: int, out: Path) -> None:
             r = row[c]
             assert isinstance(r, dict)
             cells.append(
-                f"{100 * r['accuracy']:.1f}% / {100 * r['coverage']:.1f}%"
+                f"{100 * r['accuracy']:.1f}% / {100 * r['coverage']:.1f}% / "
+                f"{100 * r['unknown']:.1f}%"
                 + (f" ({r['languages_covered']} of {r['languages']})" if c == "udhr" else "")
             )
         print(
