@@ -71,6 +71,16 @@ def test_a_chinese_text_is_counted_by_characters(tmp_path: Path) -> None:
     assert _decide(tmp_path, [short], steps, 3)[0][2] == "gopher_quality.n_words=28"
 
 
+def test_short_chinese_lines_pass_with_fineweb_2s_pipeline_settings(tmp_path: Path) -> None:
+    # Lines of at most 30 characters are "short" for FineWeb English (a list, a menu); FineWeb-2
+    # turns that rule off for every language it filters, and 30 characters is a long Chinese line.
+    lines = CHINESE.replace("，", "，\n").replace("。", "。\n").strip()
+    steps = ["langid", "fineweb"]
+    (v2,) = _decide(tmp_path, [lines], steps, 2)
+    assert v2[:2] == ("zh", "filter:fineweb") and v2[2].startswith("fineweb.short_line_ratio=")
+    assert _decide(tmp_path, [lines], steps, 3) == [("zh", None, None)]
+
+
 def test_a_published_threshold_applies_to_its_language_only(tmp_path: Path) -> None:
     steps = ["langid", "gopher_repetition"]
     v3 = _decide(tmp_path, [SPANISH_REPEATS, ENGLISH], steps, 3)
@@ -121,6 +131,9 @@ def test_the_language_table_sets_only_real_parameters_with_their_types() -> None
     unit = dict(zip(table.languages, table.units, strict=True))
     assert unit["zh"] == unit["ja"] == unit["th"] == "char" and unit["fr"] == "elision"
     assert unit["es"] == "word" and "en" not in unit  # English: the configured values
+    # FineWeb-2's pipeline settings come with a FineWeb-2 entry, not with a word rule alone.
+    short = dict(zip(table.languages, table.values["short_line_thr"], strict=True))
+    assert short["zh"] == short["fr"] == 999.0 and short["lo"] is None
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ FIRST_VERSION = 3
 """The rule version (``config.NORMALISATION_VERSION``) from which these settings apply."""
 
 _FILE = Path(__file__).with_name("fineweb2_languages.toml")
-_SECTIONS = ("words", "characters")
+_SECTIONS = ("words", "characters", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,9 @@ def table() -> LanguageTable:
     """The shipped table, read once."""
     data = tomllib.loads(_FILE.read_text(encoding="utf-8"))
     words = data["words"]
+    # A FineWeb-2 language: its file's values over the pipeline's own settings.
     rows: dict[str, dict[str, Any]] = {
-        lang: {k: v for k, v in row.items() if k != "source"}
+        lang: {**data["pipeline"], **{k: v for k, v in row.items() if k != "source"}}
         for lang, row in data.items()
         if lang not in _SECTIONS
     }
