@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,8 +57,13 @@ def load(con: Any, data: Path, shard: tuple[int, int] = (0, 1)) -> pa.Table:
     ).to_arrow_table()
 
 
-def stage_query(steps: list[str]) -> tuple[filters.Pipeline, str, dict[str, Any]]:
-    p = filters.build(config.from_dict({"filters": {"steps": steps}} if steps else {}).filters)
+def stage_query(
+    steps: list[str], cfg: config.Config | None = None
+) -> tuple[filters.Pipeline, str, dict[str, Any]]:
+    """The worker's query for these steps (or for a whole config's filters)."""
+    if cfg is None:
+        cfg = config.from_dict({"filters": {"steps": steps}} if steps else {})
+    p = filters.build(cfg.filters)
     q = (
         f"WITH normalised AS ({engine.q('worker.normalise')}), {p.sql} "
         f"SELECT * FROM ({engine.q('worker.decide')})"
@@ -109,10 +115,15 @@ def agreement(
     dt: list[dict[str, str]],
     src: list[str],
     details: dict[str, list[str | None]],
+    langs: list[str],
 ) -> dict[str, Any]:
+    """Per filter: agreement over every document, and over those language id finds English
+    (datatrove's defaults are FineWeb English's; other languages get their own rules here)."""
     out: dict[str, Any] = {}
     n = len(dt)
+    english = [k for k in range(n) if langs[k] == "en"]
     for name in COMPARED:
+        en_agree = sum(ours[name][k] == (dt[k][name] != "keep") for k in english)
         agree, buckets = 0, Counter()
         examples: dict[tuple[str, str, str], list[str]] = {}
         for k in range(n):
@@ -126,6 +137,8 @@ def agreement(
             examples.setdefault(key, []).append(dt[k]["id"])
         out[name] = {
             "agreement_pct": 100 * agree / n,
+            "english_docs": len(english),
+            "english_agreement_pct": 100 * en_agree / max(1, len(english)),
             "differ": n - agree,
             "dropped_ours": sum(ours[name]),
             "dropped_datatrove": sum(d[name] != "keep" for d in dt),
@@ -145,10 +158,88 @@ def agreement(
         print(
             f"agreement {name:18s} {out[name]['agreement_pct']:7.3f}% "
             f"({n - agree} differ: {out[name]['only_ours_drop']} only we drop, "
-            f"{out[name]['only_datatrove_drops']} only datatrove drops)",
+            f"{out[name]['only_datatrove_drops']} only datatrove drops); English "
+            f"{out[name]['english_agreement_pct']:7.3f}% of {len(english)}",
             flush=True,
         )
     return out
+
+
+def keep_rates(con: Any, src: list[str], preset: str, version: int) -> dict[str, Any]:
+    """Per language and per source: documents, those every filter kept, and the drops by step,
+    for a preset under rule version ``version`` (2: the rules before per-language settings)."""
+    cfg = config.from_dict({"preset": preset, "normalisation": version})
+    _, q, params = stage_query([], cfg)
+    out = con.sql(q, params=params).to_arrow_table()
+    reasons = out["reason"].to_pylist()
+    langs = out["lang"].to_pylist()
+    table: dict[str, dict[str, dict[str, Any]]] = {"language": {}, "source": {}}
+    for reason, lang, source in zip(reasons, langs, src, strict=True):
+        kept = reason is None or reason == "exact_dup"
+        for kind, key in (("language", lang or "(none)"), ("source", source)):
+            row = table[kind].setdefault(key, {"docs": 0, "kept": 0, "dropped_by": Counter()})
+            row["docs"] += 1
+            row["kept"] += kept
+            if not kept:
+                row["dropped_by"][reason] += 1
+    for rows in table.values():
+        for row in rows.values():
+            row["keep_pct"] = 100 * row["kept"] / row["docs"]
+            row["dropped_by"] = dict(row["dropped_by"].most_common())
+    return {
+        **table,
+        "decisions": [(lang, reason) for lang, reason in zip(langs, reasons, strict=True)],
+    }
+
+
+def stage_seconds(con: Any, preset: str, versions: list[int], repeat: int) -> dict[int, float]:
+    """The median time of the preset's whole stage per rule version, the versions run in turn
+    (v2, v3, v2, v3, ...) so that a busy machine slows both alike."""
+    queries = {}
+    for v in versions:
+        _, q, params = stage_query([], config.from_dict({"preset": preset, "normalisation": v}))
+        queries[v] = (q, params)
+    times: dict[int, list[float]] = {v: [] for v in versions}
+    for _ in range(repeat):
+        for v, (q, params) in queries.items():
+            t0 = time.perf_counter()
+            con.sql(q, params=params).to_arrow_table()
+            times[v].append(time.perf_counter() - t0)
+    return {v: statistics.median(t) for v, t in times.items()}
+
+
+def print_keep_rates(before: dict[str, Any], after: dict[str, Any], min_docs: int) -> None:
+    """Before/after keep rates, languages with at least ``min_docs`` documents, and each one's
+    share of English's keep rate (the bar of issue 17: 30%)."""
+    changed = Counter(
+        b[0] for b, a in zip(before["decisions"], after["decisions"], strict=True) if b[1] != a[1]
+    )
+    print(
+        "documents whose decision changed, by language: "
+        + ", ".join(f"{k} {v}" for k, v in changed.most_common()),
+        flush=True,
+    )
+    for kind in ("language", "source"):
+        en_b = before["language"].get("en", {}).get("keep_pct") or 1.0
+        en_a = after["language"].get("en", {}).get("keep_pct") or 1.0
+        print(f"\nkeep rate per {kind}: before -> after (of English's rate), top drops after")
+        for key, a in sorted(after[kind].items(), key=lambda kv: -kv[1]["docs"]):
+            b = before[kind].get(key, {"kept": 0, "keep_pct": 0.0})
+            if a["docs"] < min_docs:
+                continue
+            share = (
+                f" ({100 * b['keep_pct'] / en_b:4.0f}% -> {100 * a['keep_pct'] / en_a:4.0f}%)"
+                if kind == "language"
+                else ""
+            )
+            drops = ", ".join(
+                f"{r.removeprefix('filter:')} {c}" for r, c in list(a["dropped_by"].items())[:3]
+            )
+            print(
+                f"  {key:38s} {a['docs']:6d} docs  kept {b['kept']:6d} ({b['keep_pct']:5.1f}%) "
+                f"-> {a['kept']:6d} ({a['keep_pct']:5.1f}%){share}  {drops}",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -163,6 +254,14 @@ def main() -> None:
         help="a Python that has datatrove",
     )
     ap.add_argument("--no-datatrove", action="store_true")
+    ap.add_argument(
+        "--keep-rates",
+        action="store_true",
+        help="only the keep rate per language and source, multilingual preset, rules before "
+        "(version 2) and after (the current version)",
+    )
+    ap.add_argument("--min-docs", type=int, default=20, help="smallest language/source shown")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per rule version (median)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     if not args.data.is_dir():
@@ -175,6 +274,20 @@ def main() -> None:
     n = records.num_rows
     mb = sum(len(t.encode()) for t in records["text"].to_pylist()) / 1e6
     src = records["src"].to_pylist()
+    if args.keep_rates:
+        rates: dict[str, Any] = {
+            "before": keep_rates(con, src, "multilingual", 2),
+            "after": keep_rates(con, src, "multilingual", config.NORMALISATION_VERSION),
+        }
+        print_keep_rates(rates["before"], rates["after"], args.min_docs)
+        for r in rates.values():
+            del r["decisions"]
+        secs = stage_seconds(con, "multilingual", [2, config.NORMALISATION_VERSION], args.repeat)
+        rates["stage_seconds_median"] = secs
+        print(f"stage seconds, median of {args.repeat}, by rule version: {secs}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench_filters_languages.json").write_text(json.dumps(rates, indent=2))
+        return
     results: dict[str, dict[str, float]] = {}
     dropped_by: dict[str, list[bool]] = {}
     details: dict[str, list[str | None]] = {}
@@ -302,7 +415,15 @@ def compare(
         }
     for name, s in speed.items():
         print(f"speed {name:18s} " + " ".join(f"{k}={v:,.2f}" for k, v in s.items()))
-    agree = agreement(dropped_by, dt, src, details)
+    langs = [
+        lang
+        for (lang,) in con.sql(
+            "SELECT lc_lang_code(lc_langid(left(norm, 2000)).lang, $normalisation) FROM "
+            f"({engine.q('worker.normalise')}) ORDER BY source_line",
+            params={"normalisation": config.NORMALISATION_VERSION},
+        ).fetchall()
+    ]
+    agree = agreement(dropped_by, dt, src, details, langs)
     return {"timings": timings, "speed": speed}, {"docs": n, "filters": agree}
 
 

@@ -37,9 +37,11 @@ _UNITS = {
 # version it was made with (top-level `normalisation` in its lakecurate.toml, or, for a lake made
 # before that key existed, the config hash in its Delta log; ``Lake.config``) and keeps its rules,
 # so its old and new documents never mix rules. 1: the first rules. 2 (issue 17): control
-# characters and ANSI escapes stripped in normalisation, BCP-47 language codes.
-NORMALISATION_VERSION = 2
-NORMALISATION_VERSIONS = (1, 2)
+# characters and ANSI escapes stripped in normalisation, BCP-47 language codes. 3 (issue 17):
+# per-language filter rules after language id (words counted per language, FineWeb-2's
+# thresholds and stop words; lakecurate/steps/filters/languages.py, docs/filters.md).
+NORMALISATION_VERSION = 3
+NORMALISATION_VERSIONS = (1, 2, 3)
 
 
 def parse_size(value: object, key: str) -> int:

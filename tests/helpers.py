@@ -310,6 +310,24 @@ def log_chunk_versions(dt: DeltaTable) -> tuple[dict[str, int], list[str]]:
     return committed, twice
 
 
+# French prose (language id, per-language rules: tests/sql/test_language_*.py).
+FRENCH = (
+    "La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
+    "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
+    "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "
+    "bateaux, des couvertures et du pain pour les familles. Personne ne se souvenait d'une "
+    "telle crue depuis l'hiver où leurs grands-parents s'étaient mariés. Quand l'eau est enfin "
+    "redescendue, les champs étaient couverts d'une épaisse couche de boue grise."
+)
+
+# Chinese prose, written without spaces (per-language rules: words are characters).
+CHINESE = (
+    "昨天下午我们在学校的图书馆里看书，外面突然下起了大雨。老师说今年的雨水比往年多，"
+    "河边的农民都很担心他们的庄稼。放学以后，我和同学一起走回家，路上的水已经没过了脚面。"
+    "到家的时候，妈妈已经做好了晚饭，她让我先换一身干净的衣服。"
+)
+
+
 def run_chunk(
     tmp_path: Path, texts: list[str], data: dict[str, Any]
 ) -> tuple[ChunkResult, list[dict[str, Any]]]:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lakecurate import Lake
+from helpers import CHINESE, FRENCH, PROSE
+
+from lakecurate import Lake, config
 
 CONFIG = """\
 [ingest]
@@ -54,3 +56,22 @@ def test_filters_gates_and_redactions_reach_the_state(tmp_path: Path, run_cli) -
     assert funnel[:2] == ["parse", "filter:length"]
     status = run_cli("status", "--lake", tmp_path / "lake")
     assert status.returncode == 0 and "== flagged" in status.stdout
+
+
+def test_the_multilingual_preset_keeps_each_language_by_its_own_rules(tmp_path: Path) -> None:
+    texts = {"en": "\n".join(PROSE), "fr": FRENCH, "zh": CHINESE}
+    data = tmp_path / "in"
+    data.mkdir()
+    (data / "mixed.jsonl").write_text(
+        "".join(json.dumps({"id": k, "text": t}) + "\n" for k, t in texts.items())
+    )
+    cfg = tmp_path / "lakecurate.toml"
+    cfg.write_text('preset = "multilingual"\n')
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([data], config=cfg).ok
+    assert lake.config().filters.normalisation == config.NORMALISATION_VERSION >= 3
+    assert lake.sql("SELECT id, lang FROM docs ORDER BY id").rows == [
+        ("en", "en"),
+        ("fr", "fr"),
+        ("zh", "zh"),
+    ]

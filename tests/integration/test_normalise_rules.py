@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import PROSE
+from helpers import CHINESE, PROSE
 
 from lakecurate import Lake, config
 
@@ -60,3 +60,23 @@ def test_a_lake_made_under_the_old_rules_keeps_them(tmp_path: Path) -> None:
         ("filter:utf8",)
     ]
     assert lake.sql("SELECT DISTINCT config_hash FROM documents").rows == [(old.hash,)]
+
+
+def test_a_lake_of_rule_version_2_keeps_the_english_word_rules(tmp_path: Path) -> None:
+    # Made before per-language rules (version 3): Chinese is one Gopher "word" there, and stays so.
+    steps = '[filters]\nsteps = ["langid", "gopher_quality"]\n[langid]\nkeep = []\n'
+    cfg = tmp_path / "lakecurate.toml"
+    cfg.write_text("normalisation = 2\n" + steps)
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([_write(tmp_path / "in1", "a.jsonl", [CHINESE])], config=cfg).ok
+    given = tmp_path / "plain.toml"  # no version: the lake's rules apply
+    given.write_text(steps)
+    assert lake.ingest([_write(tmp_path / "in2", "b.jsonl", [CHINESE + "。"])], config=given).ok
+    assert lake.sql("SELECT id, detail FROM rejects ORDER BY id").rows == [
+        ("a.jsonl:0", "gopher_quality.n_words=1"),
+        ("b.jsonl:0", "gopher_quality.n_words=1"),
+    ]
+    assert lake.config().filters.normalisation == 2
+    new = Lake.open(tmp_path / "new")  # a new lake: version 3, Chinese counted by characters
+    assert new.ingest([tmp_path / "in1"], config=given).ok
+    assert new.sql("SELECT id, lang FROM docs").rows == [("a.jsonl:0", "zh")]

@@ -90,6 +90,8 @@ def test_wheel_contains_every_preset(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     assert {f"lakecurate/presets/{p}.toml" for p in PRESETS} <= names
+    # and the per-language filter settings (rule version 3) the pipeline reads at run time
+    assert "lakecurate/steps/filters/fineweb2_languages.toml" in names
 
 
 def _wheel_statements(wheel: Path) -> tuple[set[str], int]:

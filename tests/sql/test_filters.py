@@ -115,19 +115,22 @@ def test_url_blocklist_matches_domains_and_subdomains(con: duckdb.DuckDBPyConnec
     ],
 )
 def test_gopher_quality_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
-    assert one(con, "gopher_quality_filter($t)", t=text).startswith(prefix)
+    assert one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text).startswith(prefix)
 
 
 def test_gopher_quality_counts_distinct_stop_words(con: duckdb.DuckDBPyConnection) -> None:
     text = " ".join(["the"] * 5 + ["quick brown foxes jump over lazy dogs"] * 8)
-    assert one(con, "gopher_quality_filter($t)", t=text) == "gopher_quality.stop_words=1"
-    assert one(con, "gopher_quality_filter($t)", t=text + " and") is None
+    assert (
+        one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text)
+        == "gopher_quality.stop_words=1"
+    )
+    assert one(con, "gopher_quality_filter($t, lc_tokens($t))", t=text + " and") is None
 
 
 def test_gopher_quality_keeps_prose_and_takes_parameters(con: duckdb.DuckDBPyConnection) -> None:
-    assert one(con, "gopher_quality_filter($t)", t=GOOD) is None
+    assert one(con, "gopher_quality_filter($t, lc_tokens($t))", t=GOOD) is None
     assert (
-        one(con, "gopher_quality_filter($t, min_doc_words := 500)", t=GOOD)
+        one(con, "gopher_quality_filter($t, lc_tokens($t), min_doc_words := 500)", t=GOOD)
         == "gopher_quality.n_words=144"
     )
 
@@ -338,16 +341,18 @@ def test_c4_parameters(con: duckdb.DuckDBPyConnection) -> None:
     ],
 )
 def test_fineweb_rules(con: duckdb.DuckDBPyConnection, text: str, prefix: str) -> None:
-    assert one(con, "fineweb_filter($t)", t=text).startswith(prefix)
+    assert one(con, "fineweb_filter($t, lc_tokens($t))", t=text).startswith(prefix)
 
 
 def test_fineweb_keeps_prose(con: duckdb.DuckDBPyConnection) -> None:
-    assert one(con, "fineweb_filter($t)", t=GOOD) is None
-    assert one(con, "fineweb_filter($t)", t=LONG_LINE + ".") is None
+    assert one(con, "fineweb_filter($t, lc_tokens($t))", t=GOOD) is None
+    assert one(con, "fineweb_filter($t, lc_tokens($t))", t=LONG_LINE + ".") is None
     # datatrove's TERMINAL_PUNCTUATION ends a Chinese line too (no quotes, though).
-    assert one(con, "fineweb_filter($t)", t=CJK + "。") is None
+    assert one(con, "fineweb_filter($t, lc_tokens($t))", t=CJK + "。") is None
     assert one(
-        con, "fineweb_filter($t)", t="\n".join(['"A long enough quoted line here, ok"'] * 3)
+        con,
+        "fineweb_filter($t, lc_tokens($t))",
+        t="\n".join(['"A long enough quoted line here, ok"'] * 3),
     ).startswith("fineweb.line_punct_ratio=0.0")
 
 
@@ -357,7 +362,7 @@ def test_fineweb_ignores_blank_lines(con: duckdb.DuckDBPyConnection) -> None:
         f"Line number {w} of a longer paragraph, ending well."
         for w in ["one", "two", "three", "four", "five", "six"]
     )
-    assert one(con, "fineweb_filter($t)", t=text) is None
+    assert one(con, "fineweb_filter($t, lc_tokens($t))", t=text) is None
 
 
 @pytest.mark.parametrize(

@@ -11,19 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PROSE
+from helpers import FRENCH, PROSE
 from helpers import run_chunk as _run
 
 from lakecurate.errors import ConfigError
 
-FRENCH = (
-    "La rivière est montée très vite après trois jours de pluie, et les paysans ont conduit "
-    "leurs bêtes sur la colline. Le deuxième matin, le vieux pont était sous l'eau et "
-    "l'école avait fermé ses portes. Des bénévoles du village voisin sont arrivés avec des "
-    "bateaux, des couvertures et du pain pour les familles. Personne ne se souvenait d'une "
-    "telle crue depuis l'hiver où leurs grands-parents s'étaient mariés. Quand l'eau est enfin "
-    "redescendue, les champs étaient couverts d'une épaisse couche de boue grise."
-)
 SPANISH = (
     "El río subió muy rápido después de tres días de lluvia, y los campesinos llevaron sus "
     "animales a la colina. La segunda mañana, el viejo puente estaba bajo el agua y la escuela "

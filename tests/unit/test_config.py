@@ -285,11 +285,16 @@ def test_new_near_defaults_have_their_own_hash() -> None:
 
 
 def test_rule_version_2_has_its_own_pinned_hash() -> None:
-    assert config.NORMALISATION_VERSION == 2
-    assert config.from_dict({}).hash == "99ce1db275c878a5"
+    assert config.NORMALISATION_VERSION == 3  # per-language filter rules (docs/filters.md)
     assert config.from_dict({"normalisation": 2}).hash == "99ce1db275c878a5"
-    with pytest.raises(ConfigError, match="normalisation = 3: must be one of 1, 2"):
-        config.from_dict({"normalisation": 3})
+    assert config.rules_of(config.from_dict({}), "99ce1db275c878a5").filters.normalisation == 2
+
+
+def test_rule_version_3_has_its_own_pinned_hash() -> None:
+    assert config.from_dict({}).hash == "88ab87249dc10112"
+    assert config.from_dict({"normalisation": 3}).hash == "88ab87249dc10112"
+    with pytest.raises(ConfigError, match="normalisation = 4: must be one of 1, 2, 3"):
+        config.from_dict({"normalisation": 4})
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,10 @@
 Each step is a macro in ``sql/filters/``; this module only chains them: one CTE per step, a step
 sees only the documents every earlier step kept, edit steps (C4 lines, PII) pass their text on,
 and the step that dropped a document is recorded (``f_step``) so the funnel can be counted
-without a loop. Every value is a bound parameter; the SQL text depends only on which steps run.
+without a loop. Every value is a bound parameter; the SQL text depends only on which steps run
+and on the rule version. From rule version 3, language id also sets each row's ``lang_rule``
+(its language's row of ``languages.table()``) and ``word_unit``, and a later quality step reads a
+per-language parameter as ``coalesce(values[lang_rule], configured)`` (``_args``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from lakecurate.config import (
 )
 from lakecurate.errors import PermanentChunkError
 from lakecurate.steps.filters import gopher as filters_udf
-from lakecurate.steps.filters import langid
+from lakecurate.steps.filters import langid, languages
 
 _MACRO_STATEMENTS = (
     "filters.helpers",
@@ -81,21 +84,45 @@ class Pipeline:
 
 
 def _args(
-    k: int, step: StepConfig, skip: set[str], out: dict[str, Any], lang_known: bool = False
+    k: int,
+    step: StepConfig,
+    skip: set[str],
+    out: dict[str, Any],
+    lang_known: bool = False,
+    per_language: bool = False,
 ) -> str:
     """The macro's named arguments as bound parameters. With a language known (language id
     ran earlier), Gopher's stop-word rule is switched off (``min_stop_words := 0``) for a
-    document whose language is not in ``stop_words_languages``: its word list is English."""
+    document whose language is not in ``stop_words_languages``: its word list is English.
+    With ``per_language`` (rule version 3), a parameter the language table sets is that of
+    the document's language (``lang_rule``), the configured value otherwise, and a language
+    outside ``stop_words_languages`` with stop words in the table is checked against them."""
     parts = []
+    swl = lang_known and bool(dict(step.params).get("stop_words_languages"))
+    if swl:
+        out[f"p{k}_swl"] = list(step.param("stop_words_languages"))
     for key, value in step.params:
         if key in skip or key in LANGUAGE_PARAMS:
             continue
         name = f"p{k}_{key}"
         out[name] = list(value) if isinstance(value, tuple) else value
         expr = f"${name}"
-        if key == "min_stop_words" and lang_known and step.param("stop_words_languages"):
-            out[f"p{k}_swl"] = list(step.param("stop_words_languages"))
-            expr = f"CASE WHEN lc_lang_in(lang, $p{k}_swl, $normalisation) THEN {expr} ELSE 0 END"
+        column = languages.table().column(key) if per_language else None
+        if column is not None and (key != "stop_words" or swl):
+            out[f"{name}_by"] = column
+            by_lang = f"coalesce(${name}_by[lang_rule], ${name})"
+            expr = (
+                f"CASE WHEN lc_lang_in(lang, $p{k}_swl, $normalisation) THEN {expr} "
+                f"ELSE {by_lang} END"
+                if key == "stop_words"
+                else by_lang
+            )
+        if key == "min_stop_words" and swl:
+            own = f"lc_lang_in(lang, $p{k}_swl, $normalisation)"
+            if per_language:
+                out[f"p{k}_stop_words_by"] = languages.table().column("stop_words")
+                own += f" OR len(coalesce($p{k}_stop_words_by[lang_rule], [])) > 0"
+            expr = f"CASE WHEN {own} THEN {expr} ELSE 0 END"
         parts.append(f"{key} := {expr}")
     return "".join(", " + p for p in parts)
 
@@ -125,8 +152,11 @@ def build(cfg: FiltersConfig) -> Pipeline:
     p = Pipeline(sql="", params={"normalisation": cfg.normalisation})
     ctes = [
         "s0 AS (SELECT *, norm AS t, NULL::INTEGER AS f_step, NULL::VARCHAR AS f_detail, "
-        "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score FROM normalised)"
+        "NULL::VARCHAR AS lang, NULL::DOUBLE AS lang_score, NULL::INTEGER AS lang_rule, "
+        "'word' AS word_unit FROM normalised)"
     ]
+    per_language = cfg.normalisation >= languages.FIRST_VERSION
+    toks = "lc_tokens_in(t, word_unit)" if per_language else "lc_tokens(t)"
     k = 0
     lang_known = False  # has language id run (so `lang` is set for every alive row)?
     for step in cfg.steps:
@@ -179,21 +209,34 @@ def build(cfg: FiltersConfig) -> Pipeline:
             # pycld2's code becomes the lake's; the macro sees the `keep` entry covering it
             code = "lc_lang_code(r.lang, $normalisation)"
             scope = f"lc_lang_scope({code}, $p{k}_keep, $normalisation)"
+            # rule version 3: the row of the language table this document's language picks
+            # (lang_rule) and how its words are counted (word_unit), for the steps after this
+            rule = ""
+            if per_language:
+                p.params["rule_langs"] = list(languages.table().languages)
+                p.params["rule_units"] = list(languages.table().units)
+                row = f"list_position($rule_langs, split_part({code}, '-', 1))"
+                rule = (
+                    f", coalesce({row}, lang_rule) AS lang_rule, "
+                    f"coalesce($rule_units[{row}], word_unit) AS word_unit"
+                )
             ctes.append(
                 f"s{k} AS (SELECT * EXCLUDE (r, d) REPLACE ("
                 f"CASE WHEN d IS NOT NULL THEN {idx} ELSE f_step END AS f_step, "
                 f"coalesce(f_detail, d) AS f_detail, coalesce({code}, lang) AS lang, "
-                f"coalesce(r.score, lang_score) AS lang_score) FROM (SELECT *, "
+                f"coalesce(r.score, lang_score) AS lang_score{rule}) FROM (SELECT *, "
                 f"CASE WHEN r IS NOT NULL THEN {macro}({scope}, r.score{args}) END AS d "
                 f"FROM s{k}_l))"
             )
             lang_known = True
         elif step.name == "gopher_repetition":
-            args = _args(k, step, set(), p.params)
-            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(lc_tokens(t)){args})", alive))
+            args = _args(k, step, set(), p.params, lang_known, per_language and lang_known)
+            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars({toks}){args})", alive))
         else:
             first = "json_extract_string(meta, '$.url')" if step.name == "url_blocklist" else "t"
-            args = _args(k, step, {"file"}, p.params, lang_known)
+            if step.name in ("gopher_quality", "fineweb"):
+                first = f"t, {toks}"
+            args = _args(k, step, {"file"}, p.params, lang_known, per_language and lang_known)
             ctes.append(_page(k, prev, f"{macro}({first}{args})", alive))
     reason = " ".join(f"WHEN {i} THEN '{r}'" for i, r in enumerate(p.reasons))
     verdict = f"CASE f_step {reason} END" if p.reasons else "NULL::VARCHAR"
