@@ -33,6 +33,7 @@ from lakecurate.schema import BANDS_COLUMN, DECISION_COLUMNS, KEY_COLUMNS, SIGNA
 from lakecurate.types import ChunkResult
 
 RESULT_KEY = b"lakecurate.result"
+STAGED_GROUP_ROWS = 8192
 
 
 def staged_name(chunk_key: str, config_hash: str) -> str:
@@ -62,7 +63,9 @@ def write_atomic_parquet(table: pa.Table, path: Location) -> None:
 def _write_unsealed(table: pa.Table, where: str | os.PathLike[str] | BinaryIO) -> None:
     """The Parquet file with a checksum placeholder in its footer."""
     with pq.ParquetWriter(where, table.schema, compression="zstd") as writer:
-        writer.write_table(table)
+        # Row groups of STAGED_GROUP_ROWS: the writer holds one group's pages at a time (the
+        # whole chunk in one group was the worker's peak at 256 MiB chunks).
+        writer.write_table(table, row_group_size=STAGED_GROUP_ROWS)
         writer.add_key_value_metadata({CHECKSUM_KEY: _CHECKSUM_HOLE})
 
 

@@ -20,6 +20,8 @@ from functools import cache
 from typing import Any
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate import config as configuration
@@ -114,7 +116,6 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
             query,
             params={
                 **pipeline.params,
-                "exact": order.exact_dedup,
                 "chunk_key": spec.chunk_key,
                 "source_path": spec.source_path,
                 "input_sha256": spec.input_sha256,
@@ -122,12 +123,17 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
                 "config_hash": order.config_hash,
             },
         ).to_arrow_table()
+        del records  # DuckDB is done with them: the decided rows hold the text now
+        con.unregister("records")
         con.register("decided", decided)
+        if order.exact_dedup:
+            dups = con.sql(engine.q("worker.exact_dups")).to_arrow_table()
+            decided = mark_exact_dups(decided, dups)
+            con.register("decided", decided)
         base = [tuple(r) for r in con.execute(engine.q("worker.funnel")).fetchall()]
     finally:
         progress.start(ChunkProgress.READ + ChunkProgress.DECIDE)
         con.close()
-        del records
     steps = filters.funnel(pipeline, decided)
     dropped_by_filters = sum(d for _, _, d in steps)
     parse, (_, empty_in, empty), (_, dup_in, dups) = base
@@ -166,6 +172,31 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
     write_atomic_parquet(decided.replace_schema_metadata(meta), path)
     return result
+
+
+def mark_exact_dups(decided: pa.Table, dups: pa.Table) -> pa.Table:
+    """``decided`` with the rows ``worker.exact_dups`` found (by source line, unique in a
+    chunk) made exact duplicates of their first copy: not kept, reason ``exact_dup``,
+    ``dup_of`` that copy's id. The decision is the SQL's; this only writes it in."""
+    if dups.num_rows == 0:
+        return decided
+    lines = decided["source_line"].to_numpy()
+    by_line = np.argsort(lines, kind="stable")
+    wanted = dups["source_line"].to_numpy()
+    rows = by_line[np.searchsorted(lines, wanted, sorter=by_line)]
+    assert np.array_equal(lines[rows], wanted), "exact_dups named a line the chunk lacks"
+    where = np.full(decided.num_rows, -1, dtype=np.int64)
+    where[rows] = np.arange(len(rows))
+    hit = pa.array(where >= 0)
+    columns = {
+        "kept": pc.and_(decided["kept"], pc.invert(hit)),
+        "reason": pc.if_else(hit, pa.scalar("exact_dup"), decided["reason"]),
+        "dup_of": dups["first_id"].take(pa.array(where, mask=where < 0)),
+    }
+    for name, column in columns.items():
+        i = decided.schema.get_field_index(name)
+        decided = decided.set_column(i, name, column.cast(decided.schema.field(name).type))
+    return decided
 
 
 def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:

@@ -1,7 +1,7 @@
 -- Within-chunk decisions, run by a worker over the Arrow table `records` of one chunk.
 -- Normalise (newlines, control characters, NFC, outer whitespace), filter (sql/filters/, chained
--- by lakecurate.filters), hash, drop empties, keep the first of each exact-duplicate group in
--- line order. Lake-wide dedup happens later, in the driver.
+-- by lakecurate.filters), hash, drop empties (decide), then keep the first of each
+-- exact-duplicate group in line order (exact_dups). Lake-wide dedup happens later, in the driver.
 -- Outer whitespace is Python's str.isspace() set: RE2's \s is ASCII only, so without \p{Z} etc. a
 -- text of no-break or ideographic spaces would be kept as a non-empty document.
 
@@ -53,15 +53,10 @@ FROM removed;
 -- the final text `t` (after C4 line edits and PII redaction), the filter's verdict (`f_reason`,
 -- `f_detail`, `f_step`) and `lang`/`lang_score`. The empty check and the content hash apply to
 -- the final text, so an edit that empties a document drops it and dedup sees redacted text.
+-- Row by row, in line order (no window, no sort: the chunk streams through once, so DuckDB
+-- never holds a copy of its text); the exact duplicates among the survivors are `exact_dups`'s.
 WITH survivors AS (
     SELECT *, kind IS NULL AND f_reason IS NULL AND t <> '' AS alive FROM filtered
-), hashed AS (
-    SELECT *, CASE WHEN alive THEN md5(t) END AS chash FROM survivors
-), ranked AS (
-    SELECT *,
-        row_number() OVER (PARTITION BY chash ORDER BY source_line) AS dup_rank,
-        first_value(id) OVER (PARTITION BY chash ORDER BY source_line) AS first_id
-    FROM hashed
 )
 SELECT
     id,
@@ -69,22 +64,21 @@ SELECT
     t AS text,
     meta,
     raw,
-    (alive AND (dup_rank = 1 OR NOT $exact)) AS kept,
+    alive AS kept,
     CASE
         WHEN kind IS NOT NULL THEN 'malformed:' || kind
         WHEN f_reason IS NOT NULL THEN f_reason
         WHEN t = '' THEN 'filter:empty'
-        WHEN $exact AND dup_rank > 1 THEN 'exact_dup'
     END AS reason,
     -- a filter's failing value; else what normalisation stripped (docs/filters.md)
     coalesce(f_detail, CASE WHEN n_stripped > 0 THEN 'normalise.stripped=' || n_stripped END)
         AS detail,
     error,
-    CASE WHEN alive AND $exact AND dup_rank > 1 THEN first_id END AS dup_of,
+    NULL::VARCHAR AS dup_of,
     NULL::BIGINT AS cluster_id,
     lang,
     lang_score,
-    chash AS content_hash,
+    CASE WHEN alive THEN md5(t) END AS content_hash,
     $chunk_key AS chunk_key,
     $source_path AS source_path,
     source_line,
@@ -93,8 +87,20 @@ SELECT
     $config_hash AS config_hash,
     f_step AS filter_step,
     pii_n
-FROM ranked
-ORDER BY source_line;
+FROM survivors;
+
+-- name: exact_dups
+-- Within-chunk exact dedup over the decided rows (`decided`, keys only): every surviving
+-- document but the first (in line order) of its content hash, with the id of that first one.
+SELECT source_line, first_id
+FROM (
+    SELECT source_line,
+        row_number() OVER (PARTITION BY content_hash ORDER BY source_line) AS dup_rank,
+        first_value(id) OVER (PARTITION BY content_hash ORDER BY source_line) AS first_id
+    FROM decided
+    WHERE kept
+)
+WHERE dup_rank > 1;
 
 -- name: funnel
 -- The per-step funnel of one decided chunk: (step, docs_in, docs_dropped), in pipeline order.

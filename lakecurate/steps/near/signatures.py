@@ -64,6 +64,9 @@ def add_signatures(rows: pa.Table, cfg: NearDedupConfig) -> pa.Table:
     """Append the MinHash signature and band hashes of every candidate row (NULL elsewhere).
 
     The driver matches them against the lake's band index; they never reach the Delta table.
+    Each column is put together once from the batches' values, in row order: the candidates
+    come in order, so a row's list is its batch's (a concatenation and a ``take`` over the
+    whole chunk held the shingle sets three times, the worker's peak at 256 MiB chunks).
     """
     candidate = near_dedup_candidates(rows).to_numpy(zero_copy_only=False)
     positions = np.flatnonzero(candidate)
@@ -75,16 +78,30 @@ def add_signatures(rows: pa.Table, cfg: NearDedupConfig) -> pa.Table:
         sigs.append(sig)
         bands.append(band)
     empty_sig, empty_bands = chunk_signatures([], cfg)
-    all_sig = pa.concat_arrays([empty_sig, *sigs])
-    all_bands = pa.concat_arrays([empty_bands, *bands])
-    full_sig = pa.array([None] * rows.num_rows, all_sig.type)
-    full_bands = pa.array([None] * rows.num_rows, all_bands.type)
+    return rows.append_column(
+        SIGNATURE_COLUMN, _spread(sigs, positions, rows.num_rows, empty_sig.type)
+    ).append_column(BANDS_COLUMN, _spread(bands, positions, rows.num_rows, empty_bands.type))
+
+
+def _spread(
+    parts: list[pa.Array], positions: npt.NDArray[np.intp], n: int, kind: pa.DataType
+) -> pa.Array:
+    """The list column of ``n`` rows whose rows at ``positions`` (ascending) are the lists of
+    ``parts`` in order, NULL elsewhere; the values are copied once."""
+    lengths = np.zeros(n, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
     if len(positions):
-        index = np.full(rows.num_rows, -1, dtype=np.int64)
-        index[positions] = np.arange(len(positions))
-        take = pa.array(index, mask=index < 0)
-        full_sig, full_bands = all_sig.take(take), all_bands.take(take)
-    return rows.append_column(SIGNATURE_COLUMN, full_sig).append_column(BANDS_COLUMN, full_bands)
+        lists = pa.chunked_array(parts, kind)
+        lengths[positions] = pc.fill_null(pc.list_value_length(lists), 0).to_numpy()
+        valid[positions] = pc.is_valid(lists).to_numpy(zero_copy_only=False)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = [pc.list_flatten(p) for p in parts]
+    parts.clear()  # the batches' lists go as their values are gathered
+    flat = pa.concat_arrays(values) if values else pa.array([], kind.value_type)
+    return pa.ListArray.from_arrays(
+        pa.array(offsets), flat, type=kind, mask=None if valid.all() else pa.array(~valid)
+    )
 
 
 _BATCH_TEXT_BYTES = 16 << 20
