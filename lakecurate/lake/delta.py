@@ -13,7 +13,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,22 @@ if TYPE_CHECKING:  # Arrow is imported where it is used: opening the table does 
     from lakecurate.types import DataFile
 
 APP_ID = "lakecurate"
+
+_GUARDS: dict[str, Callable[[], None]] = {}
+"""Checks to pass before any write to a table (by URI): an object-store lake's lease
+(``lake.lease``), for every ``DeltaStore`` of that table in this process."""
+
+
+@contextlib.contextmanager
+def guard_writes(where: Location, check: Callable[[], None]) -> Iterator[None]:
+    """Run ``check`` before every write to the table at ``where`` while the block runs."""
+    _GUARDS[where.uri] = check
+    try:
+        yield
+    finally:
+        _GUARDS.pop(where.uri, None)
+
+
 PARTITION_BY = ["kept"]  # schema.PARTITION_COLUMN (schema loads Arrow; this module must not)
 LOG_DIR = "_delta_log"
 
@@ -140,6 +156,10 @@ class DeltaStore:
         self._dt: DeltaTable | None = None
         self._readability: tuple[tuple[int, int], Readability] | None = None
 
+    def _may_write(self) -> None:
+        if check := _GUARDS.get(self.loc.uri):
+            check()
+
     def table(self) -> DeltaTable | None:
         """The table at its latest version, or None before the first commit."""
         if self._dt is None:
@@ -193,6 +213,7 @@ class DeltaStore:
         """One commit adding ``files`` with app transaction ``seq``; returns the new version.
         ``since_ns``: when the first of the files was about to be written (a failed commit
         removes every untracked file written since)."""
+        self._may_write()
         dt = self.table()
         try:
             self._commit_files(dt, files, seq, metadata)
@@ -210,6 +231,7 @@ class DeltaStore:
     def replace_chunk(self, rows: pa.Table, seq: int, metadata: dict[str, str], key: str) -> int:
         """Swap the rows of a committed chunk for ``rows`` in one commit (a predicate
         overwrite), so a re-decided chunk is never absent nor doubled; the new version."""
+        self._may_write()
         from lakecurate.schema import DOCUMENT_SCHEMA
 
         dt = self.table()
@@ -289,6 +311,7 @@ class DeltaStore:
         self, keys: Sequence[str], seq: int, metadata: dict[str, str]
     ) -> tuple[int, int]:
         """Remove every row of these chunks in one commit; returns (version, rows removed)."""
+        self._may_write()
 
         dt = self.table()
         if dt is None or not keys:
@@ -310,6 +333,7 @@ class DeltaStore:
 
     def restore(self, version: int, seq: int, metadata: dict[str, str]) -> int:
         """Make ``version`` the current one with a new commit; returns the new version."""
+        self._may_write()
         dt = self.table()
         if dt is None:
             raise LakeError("the lake has no table yet: nothing to restore")
@@ -666,6 +690,7 @@ class DeltaStore:
         No app transaction is written: compaction is not a lakecurate commit, and the app
         transaction watermark is part of the snapshot, so it carries over unchanged.
         """
+        self._may_write()
         dt = self.table()
         if dt is None:
             raise LakeError("the lake has no table yet: nothing to compact")
@@ -705,6 +730,7 @@ class DeltaStore:
     def vacuum(self, retention_hours: float, dry_run: bool, metadata: dict[str, str]) -> list[str]:
         """Delete files no version newer than ``retention_hours`` needs; returns them (or, in
         a dry run, the files it would delete). The caller enforces the retention floor."""
+        self._may_write()
         dt = self.table()
         if dt is None:
             return []
@@ -725,6 +751,7 @@ class DeltaStore:
     def checkpoint(self) -> int:
         """Write a checkpoint of the latest version (opening any later version then replays
         only the commits after it); returns the version checkpointed."""
+        self._may_write()
         dt = self.table()
         if dt is None:
             raise LakeError("the lake has no table yet: nothing to checkpoint")

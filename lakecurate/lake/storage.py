@@ -59,7 +59,7 @@ def check_uri(text: str) -> str:
     return f"s3://{rest}"
 
 
-def _env_options() -> dict[str, str]:
+def s3_settings() -> dict[str, str]:
     """The storage options delta-rs gets: what the AWS environment variables say, plus
     plain HTTP allowed when the endpoint is an ``http://`` URL (a local S3 server)."""
     opts = {
@@ -145,7 +145,7 @@ class Location:
 
     def delta_options(self) -> dict[str, str] | None:
         """``storage_options`` for delta-rs (None on local disk)."""
-        return None if self.is_local else _env_options()
+        return None if self.is_local else s3_settings()
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -154,7 +154,7 @@ class Location:
             import pyarrow.fs as pafs
 
             return pafs.LocalFileSystem()
-        return _s3(tuple(sorted(_env_options().items())))
+        return _s3(tuple(sorted(s3_settings().items())))
 
     @property
     def fs_path(self) -> str:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from lakecurate.config import Config
 from lakecurate.errors import one_line
 from lakecurate.lake import atomic
-from lakecurate.lake.delta import DeltaStore
+from lakecurate.lake.delta import DeltaStore, guard_writes
+from lakecurate.lake.lease import Lease
 from lakecurate.lake.lock import LakeLock
 from lakecurate.lake.paths import LakePaths
 from lakecurate.store import remote
@@ -66,7 +67,7 @@ def write_session(
         paths.staging.makedirs()
     else:
         paths.require_state(command)
-    with LakeLock.acquire(paths.lock, command) as lock:
+    with LakeLock.acquire(paths.lock, command) as lock, _lease(paths, command):
         state = StateStore.open(paths.state)
         try:
             run_id = state.begin_run(command, args, cfg.hash if cfg else "")
@@ -92,6 +93,20 @@ def write_session(
         finally:
             with contextlib.suppress(Exception):
                 state.close()
+
+
+@contextlib.contextmanager
+def _lease(paths: LakePaths, command: str) -> Iterator[None]:
+    """An object-store lake's writer lease (``lake.lease``), checked before every Delta write
+    while the command runs; nothing on local disk (the lock is the whole story there)."""
+    if paths.shared is None:
+        yield
+        return
+    with (
+        Lease.acquire(paths.shared, command, str(paths.root)) as lease,
+        guard_writes(paths.documents, lease.check),
+    ):
+        yield
 
 
 def _copy_to_lake(session: WriteSession) -> None:

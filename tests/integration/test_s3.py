@@ -4,9 +4,11 @@ command on it, and a lake taken over from object storage alone."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,75 @@ def test_verify_repairs_an_s3_lake(corpus: Path, small_cfg: Path, s3: S3Server) 
     keys = s3.keys(bucket)
     assert "lake/documents/kept=true/part-orphan.parquet" not in keys and stale not in keys
     assert lake_rows(uri) == rows
+
+
+def _lease_key(s3: S3Server, bucket: str) -> bool:
+    return "lake/_state/LEASE" in s3.keys(bucket, "lake/_state/")
+
+
+def test_two_machines_never_write_one_lake_at_once(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    s3: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A driver on another machine (another state folder) is refused while the lake's writer
+    runs, and while the lease of a SIGKILLed writer has not expired; then it takes over and
+    finishes the lake. The killed writer's own machine takes over at once."""
+    from helpers import start_lakecurate
+
+    from lakecurate.errors import LockedError
+
+    monkeypatch.setenv("LAKECURATE_LEASE_SECONDS", "6")
+    bucket = s3.bucket()
+    uri = f"s3://{bucket}/lake"
+    env = {**s3.env, "LAKECURATE_LEASE_SECONDS": "6", "LAKECURATE_FAULT": "worker:sleep"}
+    args = ("ingest", corpus, "--lake", uri, "--config", small_cfg, "--workers", "1")
+    writer = start_lakecurate(*args, env={**env, "LAKECURATE_STATE_DIR": str(tmp_path / "a")})
+    deadline = time.monotonic() + 60
+    while not _lease_key(s3, bucket) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _lease_key(s3, bucket), writer.communicate()
+    with pytest.raises(LockedError, match=r"is being written by `ingest` on .* \(pid"):
+        Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
+    time.sleep(2)  # it commits something, then a power cut
+    os.killpg(writer.pid, signal.SIGKILL)
+    writer.communicate()
+    assert _lease_key(s3, bucket)  # left behind by the kill
+    started = time.monotonic()
+    with pytest.raises(LockedError, match="its lease expires"):
+        Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
+    time.sleep(max(0.0, 6.5 - (time.monotonic() - started)))
+    report = Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
+    assert report.ok
+    assert not _lease_key(s3, bucket)  # given back
+    assert_lake_consistent(uri, small_reference)
+
+    # The killed writer's own machine: its local lock proves the lease's holder dead.
+    again = start_lakecurate(*args, env={**env, "LAKECURATE_STATE_DIR": str(tmp_path / "a")})
+    while not _lease_key(s3, bucket) and again.poll() is None:
+        time.sleep(0.05)
+    os.killpg(again.pid, signal.SIGKILL)
+    again.communicate()
+    done = run_lakecurate(*args, env={**s3.env, "LAKECURATE_STATE_DIR": str(tmp_path / "a")})
+    assert done.returncode == 0, done.stderr
+    assert lake_rows(uri) == small_reference
+
+
+def test_a_writer_whose_lease_was_taken_commits_nothing_more(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from lakecurate.errors import LockedError
+    from lakecurate.lake.lease import Lease
+    from lakecurate.lake.storage import Location
+
+    monkeypatch.setenv("LAKECURATE_LEASE_SECONDS", "0.3")
+    lake = Location(f"s3://{s3.bucket()}/lake")
+    with Lease.acquire(lake, "ingest", str(tmp_path)) as lease:
+        lease.check()  # held
+        lease.etag = '"not-the-current-etag"'  # as if another machine had overwritten it
+        time.sleep(0.5)  # a renewal fails its condition
+        with pytest.raises(LockedError, match="taken over by another machine"):
+            lease.check()

@@ -213,6 +213,7 @@ def _importers_of(library: str) -> dict[str, list[int]]:
         ("click", "lakecurate.cli"),
         ("deltalake", "lakecurate.lake.delta"),
         ("ray", "lakecurate.ingest.ray_executor"),
+        ("boto3", "lakecurate.lake.lease"),
     ],
 )
 def test_one_module_imports_each_library(library: str, door: str) -> None:
