@@ -352,3 +352,31 @@ def run_chunk(
     )
     result = worker.process_chunk(spec, order)
     return result, pq.read_table(result.staged_path).to_pylist()
+
+
+def kill_then_finish(
+    args: tuple[object, ...],
+    point: str,
+    lake: Path | str,
+    reference: list,  # type: ignore[type-arg]
+    env: dict[str, str] | None = None,
+) -> dict[str, int]:
+    """Kill an ingest at ``point``, finish it with the same command, check the lake (a folder
+    or an object-store URI; ``env`` for both runs); returns the chunks the log held after the
+    kill (with their versions: none is committed again)."""
+    import signal
+
+    from lakecurate.lake.delta import open_table
+    from lakecurate.lake.paths import LakePaths
+
+    killed = run_lakecurate(*args, env={**(env or {}), "LAKECURATE_FAULT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    table = LakePaths.of(lake).documents
+    logged = bool((table / "_delta_log").files(".json"))
+    before = log_chunk_versions(open_table(table))[0] if logged else {}
+    done = run_lakecurate(*args, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert_lake_consistent(lake, reference)
+    after, _ = log_chunk_versions(open_table(table))
+    assert {k: after[k] for k in before} == before
+    return before

@@ -392,10 +392,12 @@ class DeltaStore:
         after ``since_ns`` (wall clock); returns how many. The lake lock makes this the only
         writer, so nothing else is writing a file the log will name."""
         removed = 0
+        # Modification times come from a coarse clock: the file system's (tens of ms), or an
+        # object store's Last-Modified, whole seconds of the server's clock.
+        slack = 50_000_000 if self.loc.is_local else 2_000_000_000
         for loc in self.untracked_files():
             st = loc.stat()
-            # mtimes come from a coarse clock (and an object store's own clock)
-            if st is not None and st.mtime_ns >= since_ns - 50_000_000:
+            if st is not None and st.mtime_ns >= since_ns - slack:
                 removed += loc.delete()
         return removed
 

@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from helpers import (
     ROOT,
     cli_env,
+    kill_then_finish,
     lake_rows,
     lakecurate_cmd,
     log_chunk_versions,
@@ -69,27 +70,6 @@ POINTS = [
         "after_delta_commit:kill:forum", marks=pytest.mark.slow
     ),
 ]
-
-
-def kill_then_finish(
-    args: tuple[object, ...],
-    point: str,
-    lake: Path,
-    reference: list,  # type: ignore[type-arg]
-) -> dict[str, int]:
-    """Kill an ingest at ``point``, finish it with the same command, check the lake; returns
-    the chunks the log held after the kill (with their versions: none is committed again)."""
-    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    table = lake / "documents"
-    logged = any((table / "_delta_log").glob("*.json"))
-    before = log_chunk_versions(DeltaTable(str(table)))[0] if logged else {}
-    done = run_lakecurate(*args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_consistent(lake, reference)
-    after, _ = log_chunk_versions(DeltaTable(str(table)))
-    assert {k: after[k] for k in before} == before
-    return before
 
 
 @pytest.fixture

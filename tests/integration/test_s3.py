@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_lake_consistent, lake_rows, log_chunk_versions, run_lakecurate
+from helpers import assert_lake_consistent, kill_then_finish, lake_rows, run_lakecurate
 from s3server import S3Server
 
 from lakecurate import Lake
@@ -92,24 +92,12 @@ def test_a_killed_driver_resumes_against_the_s3_lake(
 ) -> None:
     """SIGKILL the whole ingest (driver and workers) while its lake is on S3, then run the same
     command again: nothing lost, nothing doubled, no commit in the log made twice."""
-    from lakecurate.lake.delta import open_table
-    from lakecurate.lake.storage import Location
-
     uri = f"s3://{s3.bucket()}/lake"
     cfg = tmp_path / "groups.toml"
     cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\ncommit_chunks = 3\n"))
     env = {**s3.env, "LAKECURATE_STATE_DIR": str(tmp_path / "state")}
     args = ("ingest", corpus, "--lake", uri, "--config", cfg, "--workers", "2")
-    killed = run_lakecurate(*args, env={**env, "LAKECURATE_FAULT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    table = Location(uri) / "documents"
-    logged = bool((table / "_delta_log").files(".json"))
-    before = log_chunk_versions(open_table(table))[0] if logged else {}
-    done = run_lakecurate(*args, env=env)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert_lake_consistent(uri, small_reference)
-    after, _ = log_chunk_versions(open_table(table))
-    assert {k: after[k] for k in before} == before  # nothing committed a second time
+    kill_then_finish(args, point, uri, small_reference, env)
 
 
 def test_a_bad_uri_says_what_is_supported(tmp_path: Path) -> None:
