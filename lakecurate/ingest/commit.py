@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -83,6 +84,10 @@ class Decided:
         return self.result.chunk_key
 
 
+_POSITION = "_staged_position"
+"""A row's place in the chunk as handed to ``Committer.decide``, to put its lists back."""
+
+
 class Committer:
     """Commits staged chunks one at a time, in the order the runner hands them over."""
 
@@ -118,8 +123,15 @@ class Committer:
                 {"content_hash": pa.array([], pa.string()), "doc_id": pa.array([], pa.string())}
             )
         )
+        # The near-dedup lists (signatures or shingle sets: most of a chunk's key bytes) stay
+        # out of DuckDB, whose windows would copy them several times; they are put back by
+        # position afterwards.
+        lists = [c for c in (SIGNATURE_COLUMN, BANDS_COLUMN) if c in staged.column_names]
+        narrow = staged.drop_columns(lists).append_column(
+            _POSITION, pa.array(np.arange(staged.num_rows, dtype=np.int64))
+        )
         con = self._scratch()
-        con.register("staged", staged)
+        con.register("staged", narrow)
         con.register("seen_ids", seen_ids)
         con.register("seen_content", seen_content)
         try:
@@ -129,7 +141,10 @@ class Committer:
         finally:
             for name in ("staged", "seen_ids", "seen_content"):
                 con.unregister(name)
-        return rows.cast(staged.schema)
+        at = rows[_POSITION]
+        for name in lists:
+            rows = rows.append_column(name, staged[name].take(at))
+        return rows.select(staged.schema.names).cast(staged.schema)
 
     def _scratch(self) -> duckdb.DuckDBPyConnection:
         """One in-memory DuckDB for the driver's per-chunk SQL (opening one costs ~10 ms)."""
