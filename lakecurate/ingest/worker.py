@@ -205,8 +205,10 @@ def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
     again after a failure, it overwrites what the failed attempt left (the names depend only
     on the order and the partition)."""
     faults.hit("delta_write", order.chunk_key)  # tests: ENOSPC, a kill while writing
-    rows = read_staged(order.staged_path)
-    rows = apply_patch(rows, order.patch).select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    # The table's columns only: the near-dedup lists were the driver's (as large as a third
+    # of the text with shingle sets).
+    rows = read_staged(order.staged_path, DOCUMENT_SCHEMA.names)
+    rows = apply_patch(rows, order.patch).cast(DOCUMENT_SCHEMA)
     rows = without_rejected_text(rows, order.rejected_text)
     return write_data_files(Location(order.table_dir), rows, PARTITION_COLUMN, order.name)
 
