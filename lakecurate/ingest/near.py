@@ -40,30 +40,38 @@ class NearDedup:
         n = rows.num_rows
         cluster = np.full(n, -1, dtype=np.int64)
         has_cluster = np.zeros(n, dtype=bool)
-        near_of: list[str | None] = [None] * n
         m_cluster = matched["cluster_id"].to_numpy(zero_copy_only=False)
         m_valid = pc.is_valid(matched["cluster_id"]).to_numpy(zero_copy_only=False)
         cluster[positions[m_valid]] = m_cluster[m_valid].astype(np.int64)
         has_cluster[positions[m_valid]] = True
-        kept = rows["kept"].to_pylist()
-        dups = 0
-        for pos, dup in zip(positions.tolist(), matched["dup_of"].to_pylist(), strict=True):
-            if dup is not None and kept[pos]:
-                near_of[pos] = dup
-                dups += 1
-        is_near = pa.array([d is not None for d in near_of], pa.bool_())  # typed: 0 rows too
+        # A kept row with a dup_of in the match becomes near_dup of it (Arrow columns, no loop
+        # over rows: this ran once per document in the driver).
+        kept = np.asarray(rows["kept"].to_numpy(zero_copy_only=False), dtype=bool)
+        has_dup = np.asarray(pc.is_valid(matched["dup_of"]).to_numpy(zero_copy_only=False))
+        near = has_dup & kept[positions]
+        dups = int(near.sum())
+        which = np.full(n, -1, dtype=np.int64)  # row -> its row of `matched`, when near
+        which[positions[near]] = np.flatnonzero(near)
+        near_of = matched["dup_of"].take(pa.array(which, mask=which < 0))
+        is_near = pa.array(which >= 0, pa.bool_())
         # An exact copy of a document that just became a near duplicate follows it to the
         # cluster's kept document: its dup_of must name a row the lake keeps.
-        demoted = {i: d for i, d in zip(rows["id"].to_pylist(), near_of, strict=True) if d}
-        if demoted:
-            follow = [
-                demoted.get(d) if r == "exact_dup" else None
-                for d, r in zip(rows["dup_of"].to_pylist(), rows["reason"].to_pylist(), strict=True)
-            ]
+        if dups:
+            # (id -> the kept document) of the demoted rows; an id given twice maps to its
+            # last row, and an empty dup_of to nothing, as the dict this replaces did.
+            demoted = pc.and_(is_near, pc.not_equal(near_of, ""))
+            demoted_ids = pc.filter(rows["id"], demoted)[::-1]
+            demoted_to = pc.filter(near_of, demoted)[::-1]
+            at = pc.index_in(rows["dup_of"], value_set=demoted_ids.combine_chunks())
+            follow = pc.if_else(
+                pc.fill_null(pc.equal(rows["reason"], "exact_dup"), False),
+                demoted_to.take(at),
+                pa.scalar(None, pa.string()),
+            )
             rows = rows.set_column(
                 rows.schema.get_field_index("dup_of"),
                 "dup_of",
-                pc.coalesce(pa.array(follow, pa.string()), rows["dup_of"]),
+                pc.coalesce(follow, rows["dup_of"]),
             )
         out = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
         out = out.set_column(
@@ -77,7 +85,7 @@ class NearDedup:
         out = out.set_column(
             out.schema.get_field_index("dup_of"),
             "dup_of",
-            pc.if_else(is_near, pa.array(near_of, pa.string()), out["dup_of"]),
+            pc.if_else(is_near, near_of.cast(pa.string()), out["dup_of"]),
         )
         out = out.set_column(
             out.schema.get_field_index("cluster_id"),

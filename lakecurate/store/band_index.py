@@ -29,6 +29,7 @@ from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
+from lakecurate.store.band_cache import BandCache
 from lakecurate.store.signatures import SignatureFiles
 
 ROW_BITS = 32
@@ -102,6 +103,27 @@ def _matrix(col: pa.Array | pa.ChunkedArray, width: int) -> minhash.U32:
     idx = offsets[rows, None] + np.arange(width)[None, :]
     out[rows] = values[idx]
     return out
+
+
+def _typed(docs: pa.Table) -> pa.Table:
+    return docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
+
+
+def _band_rows(docs: pa.Table) -> tuple[minhash.U64, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """(band_hash, band, doc_seq) of every band of a :data:`CHUNK_SCHEMA` table's documents
+    with tokens: the rows ``dedup.chunk_bands`` makes, as numpy arrays."""
+    col = docs["bands"].combine_chunks()
+    lengths = np.asarray(col.value_lengths().fill_null(0).to_numpy(), dtype=np.int64)
+    valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    lengths = np.where(valid, lengths, 0)
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.uint64)
+    starts = np.repeat(offsets[:-1], lengths)
+    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(lengths) - lengths, lengths
+    )
+    seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
+    return values[starts + within], within.astype(np.uint8), np.repeat(seqs, lengths)
 
 
 def chunk_table(
@@ -185,6 +207,7 @@ class NearDedupIndex:
         self.cfg = cfg
         self.link: Link = cfg.link
         self.signatures = signatures if signatures is not None else SignatureFiles(None)
+        self.cache = BandCache(con)  # the keyed lookup of a chunk's candidates in the lake
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
 
     @classmethod
@@ -259,7 +282,7 @@ class NearDedupIndex:
         self.con.execute(engine.q("dedup.drop_signature_column"))
 
     def _register(self, docs: pa.Table) -> tuple[int, int]:
-        docs = docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
+        docs = _typed(docs)
         self.con.register("nd_chunk", docs)
         if docs.num_rows == 0:
             return 0, -1
@@ -279,7 +302,9 @@ class NearDedupIndex:
         try:
             params = {"chunk_min": lo}
             self.con.execute(engine.q("dedup.chunk_bands"))
-            self.con.execute(engine.q("dedup.chunk_candidates"), params)
+            src, dst = self.cache.candidates(*_band_rows(_typed(docs)), below=lo)
+            self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
+            self.con.execute(engine.q("dedup.chunk_candidates"))
             self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
@@ -306,6 +331,7 @@ class NearDedupIndex:
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
         finally:
             self.con.unregister("nd_chunk")
+            self.con.unregister("nd_old_cand")
             self.con.unregister("nd_old_sigs")
         return result.cast(RESULT_SCHEMA)
 
@@ -336,6 +362,7 @@ class NearDedupIndex:
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_bands"))
             self.con.execute(engine.q("dedup.insert_docs"))
+            self.cache.add(*_band_rows(_typed(docs)))
         finally:
             self.con.unregister("nd_chunk")
             self.con.unregister("nd_matched")

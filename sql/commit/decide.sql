@@ -47,15 +47,3 @@ SELECT * EXCLUDE (candidate, id_checked, id_dup, lake_doc, content_rank, content
 )
 FROM content_ranked
 ORDER BY source_line;
-
--- name: dedup_funnel
--- The driver's funnel steps, from the decided rows alone (so recovery can recompute them).
-WITH c AS (
-    SELECT
-        count(*) FILTER (WHERE reason IS NULL OR reason IN ('exact_dup', 'duplicate_id')) AS n,
-        count(*) FILTER (WHERE reason = 'duplicate_id') AS id_dups,
-        count(*) FILTER (WHERE reason = 'exact_dup') AS dups
-    FROM decided
-)
-SELECT 'duplicate_id' AS step, n AS docs_in, id_dups AS docs_dropped FROM c
-UNION ALL SELECT 'exact_dup', n - id_dups, dups FROM c;

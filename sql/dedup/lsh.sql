@@ -81,18 +81,27 @@ WHERE bands IS NOT NULL;
 
 -- name: chunk_candidates
 -- Candidate pairs (src later than dst) sharing a bucket: against the lake's index (old) and
--- inside the chunk. The `doc_seq < $chunk_min` guard makes matching idempotent even when the
--- index already holds this chunk (a retried commit).
+-- inside the chunk. The lake's pairs, `nd_old_cand(src, dst)`, come from the band cache
+-- (lakecurate.store.band_cache: a keyed lookup of the rows of minhash_bands, where a join here
+-- scanned the whole table for every chunk), already limited to doc_seq < the chunk's first, so
+-- matching stays idempotent when the index already holds this chunk (a retried commit).
 CREATE OR REPLACE TEMP TABLE nd_cand AS
-SELECT DISTINCT n.doc_seq AS src, o.doc_seq AS dst, true AS old
-FROM nd_chunk_bands n
-JOIN minhash_bands o ON o.band = n.band AND o.band_hash = n.band_hash
-WHERE o.doc_seq < $chunk_min
+SELECT DISTINCT src, dst, true AS old
+FROM nd_old_cand
 UNION
 SELECT DISTINCT n.doc_seq, m.doc_seq, false
 FROM nd_chunk_bands n
 JOIN nd_chunk_bands m ON m.band = n.band AND m.band_hash = n.band_hash
 WHERE m.doc_seq < n.doc_seq;
+
+-- name: bands_fingerprint
+-- What the band cache checks before it answers: both are kept in DuckDB's row-group statistics,
+-- so this reads no rows however large the index.
+SELECT count(*), max(doc_seq) FROM minhash_bands;
+
+-- name: all_bands
+-- The band cache's load (once per write session, and after a change it did not make).
+SELECT band, band_hash, doc_seq FROM minhash_bands;
 
 -- name: old_signatures_needed
 -- The earlier documents whose signatures the chunk's matching compares: candidates in the lake

@@ -26,8 +26,16 @@ SELECT DISTINCT m.id
 FROM (SELECT unnest($ids::VARCHAR[]) AS id) m
 JOIN doc_ids h ON h.hash = md5_number(m.id);
 
--- Index writes go through DuckDB appenders (lakecurate/store/index.py `add`), with the keys computed
--- in numpy; they equal `('0x' || content_hash)::UHUGEINT` and `md5_number(id)` (tested).
+-- name: insert_content
+-- `index_rows(content_hash, id, chunk_key)`: the kept rows of a decided chunk (index.py `add`).
+INSERT INTO content_hashes (hash, doc_id, chunk_key, seq)
+SELECT ('0x' || content_hash)::UHUGEINT, id, chunk_key, $seq FROM index_rows;
+
+-- name: insert_ids
+-- `index_rows(id, chunk_key)`: every row whose id came from the source; an id repeated within
+-- a chunk is one row, as in rebuild.
+INSERT INTO doc_ids (hash, chunk_key, seq)
+SELECT DISTINCT md5_number(id), chunk_key, $seq FROM index_rows;
 
 -- name: remove_content_of_chunks
 DELETE FROM content_hashes WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));

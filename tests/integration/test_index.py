@@ -4,6 +4,7 @@ Losing or damaging it loses nothing; only keys tier 1 cannot rule out reach Duck
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 
@@ -169,3 +170,41 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
     assert con.execute("SELECT count(*) FROM content_hashes").fetchall() == [(5,)]
     assert con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
     state.close()
+
+
+def test_bulk_and_row_writes_store_the_same_rows(tmp_path: Path) -> None:
+    """A chunk of BULK_ROWS rows or more is indexed by SQL over Arrow, a smaller one through
+    appenders with numpy keys: the same rows either way (repeated ids one row), and tier 1
+    given the same keys."""
+    from lakecurate.store import index as index_module
+
+    rng = random.Random(5)
+    n = index_module.BULK_ROWS + 10
+    ids = [f"doc-{rng.randrange(n)}-é" for _ in range(n)]  # some ids repeat
+    hexes = [f"{rng.getrandbits(128):032x}" for _ in range(n)]
+    kept = pa.table({"content_hash": hexes, "id": ids, "chunk_key": ["c1"] * n})
+    given = pa.table({"id": ids, "chunk_key": ["c1"] * n})
+    stored = []
+    for bulk, folder in ((n, "bulk"), (n + 1, "rows")):
+        (tmp_path / folder).mkdir()
+        state = StateStore.open(tmp_path / folder / "state.duckdb")
+        index = MembershipIndex(state.con)
+        index.open_tier1(tmp_path / folder)
+        index_module.BULK_ROWS, saved = bulk, index_module.BULK_ROWS
+        try:
+            with state.transaction():
+                index.add(kept, given, seq=3)
+        finally:
+            index_module.BULK_ROWS = saved
+        stored.append(
+            (
+                state.con.execute("SELECT * FROM content_hashes ORDER BY ALL").fetchall(),
+                state.con.execute("SELECT * FROM doc_ids ORDER BY ALL").fetchall(),
+                index.ids_seen(pa.array(sorted(set(ids)))).num_rows,
+                index.stats.tier2_queries,
+            )
+        )
+        state.close()
+    assert stored[0] == stored[1]
+    assert len(stored[0][1]) == len(set(ids)) < n  # a repeated id is one row
+    assert stored[0][2] == len(set(ids))
