@@ -290,9 +290,8 @@ def _discover_uri(
     if "" in tables | lakes:
         raise InputError(f"{raw}: is a lake or a Delta table; a lake is never read as input")
     passed = lakes | {t for t in tables if not any(t.startswith(k + "/") for k in lakes)}
-    for base in sorted(passed):
-        if notes is not None:
-            notes.append(f"{loc / base}: a lake, not read as input")
+    if notes is not None:
+        notes += [f"{loc / base}: a lake, not read as input" for base in sorted(passed)]
     for rel in entries:
         full = (loc / rel).uri
         if any(rel.startswith(base + "/") for base in passed) or (

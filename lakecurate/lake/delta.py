@@ -120,7 +120,7 @@ def open_table(where: Path | Location, version: int | None = None) -> DeltaTable
     the message when RUST_BACKTRACE is set, or a panic); every command opens the table here,
     so none of them shows that. ``TableNotFoundError`` passes through: no table yet.
     """
-    loc = where if isinstance(where, Location) else Location.of(where)
+    loc = Location.of(where)
     try:
         return DeltaTable(loc.uri, version=version, storage_options=loc.delta_options())
     except TableNotFoundError:
@@ -152,7 +152,7 @@ class DeltaStore:
     """The ``documents`` Delta table of one lake."""
 
     def __init__(self, where: Path | Location) -> None:
-        self.loc = where if isinstance(where, Location) else Location.of(where)
+        self.loc = Location.of(where)
         self._dt: DeltaTable | None = None
         self._readability: tuple[tuple[int, int], Readability] | None = None
 

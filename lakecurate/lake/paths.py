@@ -62,7 +62,7 @@ class LakePaths:
     @property
     def storage(self) -> Location:
         """Where the Delta table and the staged files live."""
-        return self.shared or Location(str(self.root.absolute()))
+        return self.shared or Location.of(self.root)
 
     @property
     def name(self) -> str:

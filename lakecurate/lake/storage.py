@@ -114,8 +114,11 @@ class Location:
     uri: str
 
     @classmethod
-    def of(cls, where: str | os.PathLike[str]) -> Location:
-        """A local path (made absolute) or an object-store URI (checked)."""
+    def of(cls, where: Location | str | os.PathLike[str]) -> Location:
+        """A local path (made absolute) or an object-store URI (checked); a ``Location`` as
+        it is."""
+        if isinstance(where, Location):
+            return where
         text = os.fspath(where)
         if is_uri(text):
             return cls(check_uri(text))

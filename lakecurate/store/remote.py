@@ -11,7 +11,9 @@ state starts from that copy; ``catch_up`` then brings it forward if the log went
 killed before its copy).
 
 Copied at the end of each command, not after each commit group: the copy costs what the state
-weighs, which grows with the lake, while a group's commit must stay flat (issue 14).
+weighs, which grows with the lake, while a group's commit must stay flat (issue 14). The
+signature files (one per commit, never changed once written) are uploaded once: a file the lake
+already has at the same size is not copied again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lakecurate.store.state import StateStore
 
 STATE_FOLDER = "_state"
 MANIFEST = "MANIFEST.json"
+WRITTEN_ONCE = "index/signatures/"
 
 
 def _remote(paths: LakePaths) -> Location:
@@ -40,7 +43,7 @@ def _local_files(paths: LakePaths) -> list[Path]:
 
 def save(paths: LakePaths, state: StateStore, watermark: int) -> int:
     """Copy the state folder to the lake (an object-store lake; nothing on local disk);
-    returns the bytes copied."""
+    returns the bytes uploaded."""
     if paths.shared is None:
         return 0
     import pyarrow.fs as pafs
@@ -48,15 +51,20 @@ def save(paths: LakePaths, state: StateStore, watermark: int) -> int:
     state.checkpoint()
     remote, local = _remote(paths), pafs.LocalFileSystem()
     files = _local_files(paths)
+    have = {e.rel: e.size for e in (remote / WRITTEN_ONCE).files()}
+    uploaded = 0
     for path in files:
-        rel = path.relative_to(paths.root).as_posix()
+        rel, size = path.relative_to(paths.root).as_posix(), path.stat().st_size
+        if have.get(rel.removeprefix(WRITTEN_ONCE)) == size and rel.startswith(WRITTEN_ONCE):
+            continue
         pafs.copy_files(str(path), (remote / rel).fs_path, local, remote.fs)
+        uploaded += size
     manifest = {
         "watermark": watermark,
         "files": [p.relative_to(paths.root).as_posix() for p in files],
     }
     (remote / MANIFEST).write_bytes(json.dumps(manifest, indent=1).encode())
-    return sum(p.stat().st_size for p in files)
+    return uploaded
 
 
 def load(paths: LakePaths) -> int | None:
