@@ -209,10 +209,13 @@ def lake_problems(lake: Path | str, reference: list[tuple[object, ...]] | None =
     if statuses != [("SUCCESS",)]:
         problems.append(f"chunk statuses {statuses}, not all SUCCESS")
     (n_hashes, n_docs) = lk.sql(
-        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM docs)"
+        "SELECT (SELECT count(*) FROM content_hashes), (SELECT count(*) FROM documents "
+        "WHERE kept OR (reason = 'near_dup' AND dup_of IS NOT NULL))"
     ).rows[0]
     if n_hashes != n_docs:
-        problems.append(f"content index has {n_hashes} entries for {n_docs} kept documents")
+        problems.append(
+            f"content index has {n_hashes} entries for {n_docs} kept documents and near duplicates"
+        )
     return problems
 
 

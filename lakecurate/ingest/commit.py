@@ -335,7 +335,9 @@ class Committer:
     def dependents(self, keys: Sequence[str]) -> list[str]:
         """Committed chunks (other than ``keys``) whose rows refer, directly or through each
         other, to a document of ``keys``: by ``dup_of`` (exact and near duplicates, and a
-        repeated id, whose ``dup_of`` is the id itself) or by near-dedup cluster."""
+        repeated id, whose ``dup_of`` is the id itself) or by near-dedup cluster. (An exact
+        copy of a near duplicate names the kept document, but shares the near duplicate's
+        cluster: it goes with it, and becomes the first of its content, a ``near_dup``.)"""
         ds = self.delta.dataset()
         if ds is None:
             return []

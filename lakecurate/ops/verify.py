@@ -241,7 +241,14 @@ def _check_state(
     if ds is not None:
         try:
             present = set(ds.to_table(columns=["chunk_key"])["chunk_key"].unique().to_pylist())
-            n_kept = ds.count_rows(filter=pc.field("kept"))
+            # what the content index holds: kept documents and near duplicates
+            n_kept = ds.count_rows(
+                filter=pc.field("kept")
+                | (
+                    (pc.field("reason").cast(pa.string()) == "near_dup")
+                    & ~pc.field("dup_of").is_null()
+                )
+            )
         except _READ_ERRORS as exc:
             raise _table_unreadable(exc) from exc
     for key in sorted(present - set(success)):
@@ -262,7 +269,8 @@ def _check_state(
         (n_index,) = con.execute(engine.q("verify.index_size")).fetchall()[0]
         if int(n_index) != n_kept:
             report.problems.append(
-                f"the content index has {n_index} entries for {n_kept} kept documents"
+                f"the content index has {n_index} entries for {n_kept} kept documents "
+                "and near duplicates"
             )
         _check_duplicates(state, ds, report)
         _check_bands(state, ds, cfg, signatures, report)

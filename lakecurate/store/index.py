@@ -61,7 +61,7 @@ class IndexStats:
 
 
 class MembershipIndex:
-    """Lake-wide membership of document ids and kept contents; see the module docstring."""
+    """Lake-wide membership of document ids and contents seen; see the module docstring."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._con = con

@@ -37,9 +37,9 @@ Writer = Callable[[], None]
 def index_writer(
     index: MembershipIndex, rows: pa.Table, seq: int, bands: Writer | None = None
 ) -> Writer:
-    """What indexes a decided chunk, called inside a state transaction: its kept content
-    hashes, its given ids, and (``bands``) its near-dedup bands."""
-    kept = rows.filter(rows["kept"]).select(["content_hash", "id", "chunk_key"])
+    """What indexes a decided chunk, called inside a state transaction: its content hashes
+    (``content_rows``), its given ids, and (``bands``) its near-dedup bands."""
+    kept = content_rows(rows)
     not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"), False))
     given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
 
@@ -49,6 +49,24 @@ def index_writer(
             bands()
 
     return write
+
+
+def content_rows(rows: pa.Table) -> pa.Table:
+    """(content_hash, id, chunk_key) the content index takes from a decided chunk: each kept
+    document, and each near duplicate under the id of the kept document it is near.
+
+    A later exact copy of a near duplicate is then an ``exact_dup`` of that kept document
+    whichever chunk it lands in, as it is when the two copies share a chunk (issue 17, item 5);
+    without the near duplicate in the index it went to near dedup and came out ``near_dup``.
+    The first copy of a content is the only one indexed: a later one is an ``exact_dup``.
+    """
+    columns = ["content_hash", "id", "chunk_key"]
+    kept = rows.filter(rows["kept"]).select(columns)
+    near = pc.and_(pc.equal(rows["reason"], "near_dup"), pc.is_valid(rows["dup_of"]))
+    if not pc.any(pc.fill_null(near, False)).as_py():
+        return kept
+    dups = rows.filter(near).select(["content_hash", "dup_of", "chunk_key"])
+    return pa.concat_tables([kept, dups.rename_columns(columns).cast(kept.schema)])
 
 
 def forget_written_ahead(
@@ -97,6 +115,40 @@ def index_missing_bands(state: StateStore, delta: DeltaStore, near: NearDedupInd
             writer()
         indexed += rows.num_rows > 0
     return f"added {indexed} committed chunk(s) to the near-dedup index" if indexed else None
+
+
+CONTENT_RULE = ("content_index", "near_dups")
+"""The state meta key and value of a content index that holds near duplicates too."""
+
+
+def index_near_duplicates(state: StateStore, delta: DeltaStore) -> bool:
+    """Index the near duplicates of a lake whose content index predates them (kept documents
+    only, before issue 17), once; returns True when rows were added. They come in with their
+    chunks' old seqs, so the caller must rebuild the Bloom tier (its files would miss them).
+    Chunk by chunk the content rows are replaced by those ``content_rows`` makes, so a run cut
+    short and run again, or a chunk indexed since, ends the same."""
+    key, value = CONTENT_RULE
+    if state.con.execute(engine.q("state.get_meta"), {"key": key}).fetchall() == [(value,)]:
+        return False
+    ds = delta.dataset()
+    if ds is not None:
+        near = ds.to_table(
+            columns=["chunk_key"], filter=pc.field("reason").cast(pa.string()) == "near_dup"
+        )
+        keys = pc.unique(near["chunk_key"].cast(pa.string())).to_pylist()
+        if keys:
+            rows = content_rows(delta.rows_of_chunks(keys))
+            with state.transaction():
+                state.con.register("index_rows", rows)
+                try:
+                    state.con.execute(engine.q("index.remove_content_of_chunks"), {"keys": keys})
+                    state.con.execute(engine.q("index.content_of_committed_chunks"))
+                finally:
+                    state.con.unregister("index_rows")
+                state.put_meta(key, value)
+            return True
+    state.put_meta(key, value)
+    return False
 
 
 def chunks_missing_bands(state: StateStore, rows: pa.Table, near: NearDedupIndex) -> list[str]:

@@ -24,7 +24,7 @@ from lakecurate.store import remote
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.rebuild import catch_up
-from lakecurate.store.recovery import index_missing_bands, reconcile
+from lakecurate.store.recovery import index_missing_bands, index_near_duplicates, reconcile
 from lakecurate.store.signatures import SignatureFiles
 from lakecurate.store.state import StateStore
 
@@ -133,6 +133,13 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )
+    if index_near_duplicates(state, delta):
+        # Its rows came with old seqs, which the Bloom file's watermark says it has.
+        (session.paths.index / "content.bloom").unlink(missing_ok=True)
+        session.notes.append(
+            "indexed the lake's near duplicates as sources of exact copies (once, for a lake "
+            "made before they were)"
+        )
     if session.near is not None and (note := index_missing_bands(state, delta, session.near)):
         session.notes.append(note)
     if bloom:

@@ -6,7 +6,8 @@
 
 -- name: apply_lake_decisions
 -- `staged`: the worker's rows; `seen_ids(id)`: given ids already in the lake;
--- `seen_content(content_hash, doc_id)`: kept contents already in the lake.
+-- `seen_content(content_hash, doc_id)`: contents already in the lake, each with the kept
+-- document it stands for (itself, or the one a near duplicate is near).
 WITH flagged AS (
     SELECT *,
         (reason IS NULL OR reason = 'exact_dup') AS candidate,

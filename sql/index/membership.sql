@@ -1,5 +1,6 @@
--- Tier 2 of the membership index (authoritative): 128-bit keys of every document id and every
--- kept content hash in the lake, tagged with the commit seq that added them (so a Bloom file
+-- Tier 2 of the membership index (authoritative): 128-bit keys of every document id and of the
+-- content of every kept document and near duplicate in the lake (a near duplicate under the id
+-- of the kept document it is near: `recovery.content_rows`), tagged with the commit seq that added them (so a Bloom file
 -- that covers seq <= W is topped up with seq > W).
 
 -- Keys travel to Python as two UBIGINT halves (Arrow has no 128-bit integer).
@@ -15,11 +16,14 @@ SELECT id, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGI
 FROM (SELECT id, md5_number(id) AS k FROM candidates);
 
 -- name: content_seen
--- Which of the maybe-keys (`$hashes`, md5 hex) are kept somewhere, and as which doc. The keys
--- come as a list parameter: a registered Arrow table costs more than this whole query.
-SELECT m.content_hash, h.doc_id
-FROM (SELECT unnest($hashes::VARCHAR[]) AS content_hash) m
-JOIN content_hashes h ON h.hash = ('0x' || m.content_hash)::UHUGEINT;
+-- Which of the maybe-keys (`$hashes`, md5 hex) the lake has seen, and the kept document each
+-- stands for (the first entry: a lake indexed before near duplicates were may hold a content
+-- twice once they are added). The keys come as a list parameter: a registered Arrow table
+-- costs more than this whole query.
+SELECT m.content_hash, arg_min(h.doc_id, h.seq) AS doc_id
+FROM (SELECT DISTINCT unnest($hashes::VARCHAR[]) AS content_hash) m
+JOIN content_hashes h ON h.hash = ('0x' || m.content_hash)::UHUGEINT
+GROUP BY m.content_hash;
 
 -- name: ids_seen
 SELECT DISTINCT m.id
@@ -36,6 +40,14 @@ SELECT ('0x' || content_hash)::UHUGEINT, id, chunk_key, $seq FROM index_rows;
 -- a chunk is one row, as in rebuild.
 INSERT INTO doc_ids (hash, chunk_key, seq)
 SELECT DISTINCT md5_number(id), chunk_key, $seq FROM index_rows;
+
+-- name: content_of_committed_chunks
+-- `index_rows(content_hash, id, chunk_key)` of the committed chunks `$keys` replace their rows
+-- (`recovery.index_near_duplicates`, after `remove_content_of_chunks`), each with its
+-- chunk's commit seq.
+INSERT INTO content_hashes (hash, doc_id, chunk_key, seq)
+SELECT ('0x' || i.content_hash)::UHUGEINT, i.id, i.chunk_key, c.commit_seq
+FROM index_rows i JOIN chunks c ON c.chunk_key = i.chunk_key AND c.status = 'SUCCESS';
 
 -- name: remove_content_of_chunks
 DELETE FROM content_hashes WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
