@@ -90,6 +90,26 @@ def test_a_published_threshold_applies_to_its_language_only(tmp_path: Path) -> N
     assert _decide(tmp_path, [SPANISH_REPEATS], steps, 2) == [("es", None, None)]
 
 
+def test_a_threshold_the_user_changed_applies_to_every_language(tmp_path: Path) -> None:
+    """A published per-language value stands in for the default only: a user who sets the
+    parameter (to anything but its default) gets that value for every language."""
+    data: dict[str, Any] = {
+        "normalisation": 3,
+        "filters": {"steps": ["langid", "gopher_repetition"]},
+        "langid": {"keep": []},
+    }
+    data["filters"]["gopher_repetition"] = {"top_2_gram_frac": 0.25}
+    _, rows = _run(tmp_path, [SPANISH_REPEATS], data)
+    assert [(r["lang"], r["reason"]) for r in rows] == [("es", None)]
+    data["filters"]["gopher_repetition"] = {"top_2_gram_frac": 0.05}  # stricter than Spanish's
+    _, rows = _run(tmp_path, [SPANISH_REPEATS], data)
+    assert [(r["lang"], r["reason"]) for r in rows] == [("es", "filter:gopher_repetition")]
+    # set to the default: the language's own value (7.7%) still applies
+    data["filters"]["gopher_repetition"] = {"top_2_gram_frac": 0.2}
+    _, rows = _run(tmp_path, [SPANISH_REPEATS], data)
+    assert [(r["lang"], r["reason"]) for r in rows] == [("es", "filter:gopher_repetition")]
+
+
 def test_english_decisions_do_not_change(tmp_path: Path) -> None:
     texts = [ENGLISH, " ".join(["Rivers rose quickly after heavy rain."] * 12), ENGLISH[:300]]
     steps = ["langid", "gopher_repetition", "gopher_quality", "fineweb"]

@@ -28,6 +28,7 @@ from lakecurate.config import (
     FiltersConfig,
     GatesConfig,
     StepConfig,
+    step_defaults,
 )
 from lakecurate.errors import PermanentChunkError
 from lakecurate.steps.filters import gopher as filters_udf
@@ -107,7 +108,9 @@ def _args(
         name = f"p{k}_{key}"
         out[name] = list(value) if isinstance(value, tuple) else value
         expr = f"${name}"
-        column = languages.table().column(key) if per_language else None
+        # A value changed from its default is the user's, for every language.
+        mine = key != "stop_words" and not _is_default(step.name, key, value)
+        column = languages.table().column(key) if per_language and not mine else None
         if column is not None and (key != "stop_words" or swl):
             out[f"{name}_by"] = column
             by_lang = f"coalesce(${name}_by[lang_rule], ${name})"
@@ -125,6 +128,14 @@ def _args(
             expr = f"CASE WHEN {own} THEN {expr} ELSE 0 END"
         parts.append(f"{key} := {expr}")
     return "".join(", " + p for p in parts)
+
+
+def _is_default(step: str, key: str, value: Any) -> bool:
+    """``value`` is ``step``'s published default for ``key`` (lists compared as tuples)."""
+    default = step_defaults(step).get(key)
+    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
+        return tuple(value) == tuple(default)
+    return bool(value == default)
 
 
 def _alive(k: int, step: StepConfig, out: dict[str, Any]) -> str:
