@@ -5,13 +5,16 @@ Verification compares a candidate pair's full signatures (``num_perm`` uint32 ea
 sets (sorted uint32 hashes, 4 bytes per distinct shingle: the same column type, stored here the
 same way), and only candidates are ever looked at: in ``state.duckdb`` the signatures were
 about half the file and grew with every document. They live instead in one uncompressed Arrow IPC
-file per commit seq, ``LAKE/index/signatures/<seq>.arrow`` (columns ``doc_seq``, sorted, and
-``signature``), written once when the chunk joins the band index and memory-mapped on read, so a
-lookup touches only the pages of the candidates it asks for.
+file per commit seq, ``LAKE/index/signatures/<seq>.arrow``, written once when the chunk joins the
+band index and memory-mapped on read, so a lookup touches only the pages of the candidates it
+asks for. A file is a worker's sets file (``lake.sets``: columns ``row``, ascending, and
+``signature``; a document's key is ``seq << 32 | row``) put in place as bytes (:meth:`place`),
+so the driver never reads a chunk's sets whole (issue 14); files written before that hold
+``doc_seq`` instead of ``row`` and are read as they are.
 
 Invariant: ``minhash_docs`` holds a document of seq ``s`` only after the file of ``s`` was written
-with its signature (:meth:`SignatureFiles.write` runs before the rows are inserted, and rewrites
-the whole file, so a retried chunk overwrites an earlier attempt). Files of seqs that left the
+with its signature (:meth:`ChunkSets.store` runs before the rows are inserted, and replaces the
+whole file, so a retried chunk overwrites an earlier attempt). Files of seqs that left the
 index are harmless leftovers: nothing asks for their documents. A document the index holds but no
 file has is an error, never a silent "not near": ``verify --repair`` rebuilds both.
 """
@@ -26,10 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate.errors import LakeError
-from lakecurate.lake import atomic
+from lakecurate.lake import sets
+from lakecurate.lake.storage import Location
 
 ROW_BITS = 32
 """doc_seq = (commit seq << ROW_BITS) | row (``band_index.make_doc_seq``)."""
+_ROW_MASK = (1 << ROW_BITS) - 1
 
 SCHEMA = pa.schema(
     [
@@ -38,6 +43,28 @@ SCHEMA = pa.schema(
     ]
 )
 """What :meth:`SignatureFiles.write` takes and :meth:`SignatureFiles.read` returns."""
+
+
+def _keyed(stored: pa.Table, seq: int) -> pa.Table:
+    """A stored file's rows as :data:`SCHEMA`: ``doc_seq`` from ``row`` (a sets file), or as
+    written (a file from before sets files)."""
+    if "doc_seq" in stored.column_names:
+        return stored.select(SCHEMA.names)
+    rows = np.asarray(stored["row"].to_numpy(), dtype=np.int64)
+    return pa.table(
+        [pa.array((np.int64(seq) << np.int64(ROW_BITS)) | rows), stored["signature"]],
+        schema=SCHEMA,
+    )
+
+
+def _take(table: pa.Table, asked: npt.NDArray[np.int64], what: str) -> pa.Table:
+    """The rows of ``table`` (:data:`SCHEMA`, ``doc_seq`` ascending) for ``asked`` (ascending,
+    unique); every one must be there."""
+    have = np.asarray(table["doc_seq"].to_numpy(), dtype=np.int64)
+    at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0))
+    if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
+        raise _missing(f"{what} lacks signatures of indexed documents")
+    return table.take(pa.array(at))
 
 
 class SignatureFiles:
@@ -56,19 +83,25 @@ class SignatureFiles:
         """Store the signatures of ``docs`` (:data:`SCHEMA`, non-NULL signatures), replacing
         whatever an earlier attempt stored for their seqs."""
         docs = docs.select(SCHEMA.names).cast(SCHEMA).sort_by("doc_seq")
-        seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64) >> ROW_BITS
+        doc_seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
+        seqs = doc_seqs >> ROW_BITS
         for seq in np.unique(seqs).tolist():
-            part = docs.filter(pa.array(seqs == seq))
+            mine = seqs == seq
+            part = pa.table(
+                {"row": pa.array(doc_seqs[mine] & _ROW_MASK), "signature": docs["signature"]}
+            ).filter(pa.array(mine))
             if self.folder is None:
-                self._memory[seq] = part
+                self._memory[seq] = _keyed(part, seq)
                 continue
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with (
-                atomic.replacing(self._path(seq)) as tmp,
-                pa.OSFile(str(tmp), "wb") as sink,
-                pa.ipc.new_file(sink, SCHEMA) as writer,
-            ):
-                writer.write_table(part)
+            sets.write(part, Location(str(self._path(seq))))
+
+    def place(self, seq: int, file: sets.SetsFile) -> None:
+        """Store a worker's sets file as the signatures of commit ``seq``, as bytes (a hard
+        link when it can): the driver reads none of it."""
+        if self.folder is None:
+            self._memory[seq] = _keyed(file.table, seq)
+            return
+        file.place(self._path(seq))
 
     def _load(self, seq: int) -> pa.Table | None:
         if self.folder is None:
@@ -77,25 +110,21 @@ class SignatureFiles:
         if not path.exists():
             return None
         try:
-            return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-        except (OSError, pa.ArrowInvalid) as exc:
+            return _keyed(pa.ipc.open_file(pa.memory_map(str(path))).read_all(), seq)
+        except (OSError, KeyError, pa.ArrowInvalid) as exc:
             raise _missing(f"{path} is unreadable ({exc})") from exc
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
-        """The signatures of ``doc_seqs`` (:data:`SCHEMA`, in the order asked); every one must
-        be stored."""
+        """The signatures of ``doc_seqs`` (:data:`SCHEMA`, ascending); every one must be
+        stored."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
         parts = []
         for seq in np.unique(wanted >> ROW_BITS).tolist():
-            asked = wanted[(wanted >> ROW_BITS) == seq]
             stored = self._load(seq)
             if stored is None:
                 raise _missing(f"no signatures of commit seq {seq}")
-            have = np.asarray(stored["doc_seq"].to_numpy(), dtype=np.int64)
-            at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0))
-            if len(have) == 0 or (have[at] != asked).any():
-                raise _missing(f"commit seq {seq} lacks signatures of indexed documents")
-            parts.append(stored.take(pa.array(at)))
+            asked = wanted[(wanted >> ROW_BITS) == seq]
+            parts.append(_take(stored, asked, f"commit seq {seq}"))
         if not parts:
             return SCHEMA.empty_table()
         return pa.concat_tables(parts)
@@ -127,6 +156,46 @@ class SignatureFiles:
         """A :data:`SCHEMA` table of the rows that have a signature."""
         table = pa.table({"doc_seq": doc_seq, "signature": signature})
         return table.filter(pc.is_valid(table["signature"])).cast(SCHEMA)
+
+
+class ChunkSets:
+    """The sets (or signatures) of the chunk being decided, commit ``seq``: a column the driver
+    holds (it signed the committed text itself: recovery, a re-decision, the SQL tests), or the
+    worker's sets file, of which only the rows asked for are read (issue 14)."""
+
+    def __init__(self, seq: int, table: pa.Table, file: sets.SetsFile | None = None) -> None:
+        self.seq = seq
+        self.table = table  # SCHEMA, doc_seq ascending
+        self.file = file
+
+    @classmethod
+    def of_docs(cls, seq: int, docs: pa.Table) -> ChunkSets:
+        """From a match table's ``doc_seq`` and ``signature`` columns (NULL: no set)."""
+        table = SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]).sort_by("doc_seq")
+        return cls(seq, table)
+
+    @classmethod
+    def of_file(cls, seq: int, path: Location) -> ChunkSets:
+        """From the worker's sets file at ``path``."""
+        file = sets.SetsFile(path)
+        return cls(seq, _keyed(file.table, seq), file)
+
+    def rows(self) -> npt.NDArray[np.int64]:
+        """The rows (in the chunk's line order) that have a set."""
+        return np.asarray(self.table["doc_seq"].to_numpy(), dtype=np.int64) & _ROW_MASK
+
+    def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
+        """The sets of these documents of the chunk (:data:`SCHEMA`, ascending)."""
+        wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
+        return _take(self.table, wanted, f"the sets of commit seq {self.seq}")
+
+    def store(self, files: SignatureFiles) -> None:
+        """Make these the stored signatures of the chunk's commit (replacing an earlier
+        attempt's): the sets file's bytes when there is one."""
+        if self.file is not None:
+            files.place(self.seq, self.file)
+        elif self.table.num_rows:
+            files.write(self.table)
 
 
 def _missing(what: str) -> LakeError:
