@@ -111,7 +111,8 @@ def split_sets(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
     driver has ordered the chunk, ascending. The worker writes it as the chunk's sets file
     (``lake.sets``); the lists' values are not copied when the rows are in line order (a
     NULL list is empty, so the valid lists' values are contiguous)."""
-    col = rows[SIGNATURE_COLUMN].combine_chunks()
+    column = rows[SIGNATURE_COLUMN]
+    col = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     rest = rows.drop_columns([SIGNATURE_COLUMN])
     lines = np.asarray(rows["source_line"].to_numpy(), dtype=np.int64)
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
