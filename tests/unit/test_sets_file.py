@@ -89,9 +89,10 @@ def test_signature_files_of_the_layout_before_are_read(tmp_path: Path) -> None:
     old = pa.table(
         {"doc_seq": pa.array([5 << 32 | 1, 5 << 32 | 4], pa.int64()), "signature": [[1], [2]]}
     )
-    with pa.OSFile(str(folder / "5.arrow"), "wb") as sink, pa.ipc.new_file(
-        sink, old.schema
-    ) as writer:
+    with (
+        pa.OSFile(str(folder / "5.arrow"), "wb") as sink,
+        pa.ipc.new_file(sink, old.schema) as writer,
+    ):
         writer.write_table(old)
     files = SignatureFiles(folder)
     assert files.read([5 << 32 | 4])["signature"].to_pylist() == [[2]]
