@@ -19,6 +19,8 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from lakecurate.lake import atomic
@@ -33,6 +35,7 @@ SCHEMA = pa.schema(
         pa.field("signature", pa.list_(pa.uint32())),
     ]
 )
+KEYS = ("row", "doc_seq")
 _BLOCK = 1 << 20
 
 
@@ -75,20 +78,65 @@ def digest(path: Location) -> str:
 
 
 class SetsFile:
-    """One sets file, opened for reading: memory-mapped on local disk, so only the pages that
-    are looked at are read; fetched whole from object storage (its bytes must come to the
+    """One sets file (or a signature file of the layout before, keyed by ``doc_seq``), opened
+    for reading by row. On local disk only its key column and list offsets are read through a
+    memory map; the lists asked for are read with one ``pread`` per run of rows, so the driver
+    holds (and counts in its I/O) only the candidates' bytes: touching them through the map
+    made the kernel map the pages around each one too, most of the file at candidates a few
+    rows apart. From object storage the file is fetched whole (its bytes must come to the
     driver's disk anyway, to become the signature file of its commit)."""
 
     def __init__(self, path: Location) -> None:
         self.path = path
         self._data: pa.Buffer | None = None
+        self._base = 0
         if path.is_local:
-            self.table = pa.ipc.open_file(pa.memory_map(path.uri)).read_all()
+            whole = pa.memory_map(path.uri)
+            self.table = pa.ipc.open_file(whole).read_all()
+            self._base = whole.read_buffer(whole.size()).address if whole.size() else 0
         else:
             self._data = pa.py_buffer(path.read_bytes())
             self.table = pa.ipc.open_file(pa.BufferReader(self._data)).read_all()
-        if self.table.schema.names != SCHEMA.names:
-            raise ValueError(f"{path} is not a sets file (columns {self.table.schema.names})")
+        names = self.table.schema.names
+        if len(names) != 2 or names[0] not in KEYS or names[1] != "signature":
+            raise ValueError(f"{path} is not a sets file (columns {names})")
+
+    @property
+    def key(self) -> str:
+        """``row`` (a sets file) or ``doc_seq`` (a signature file written before them)."""
+        return str(self.table.schema.names[0])
+
+    def keys(self) -> npt.NDArray[np.int64]:
+        """The key column, ascending."""
+        return np.asarray(self.table.column(0).to_numpy(), dtype=np.int64)
+
+    def take(self, at: npt.NDArray[np.int64]) -> pa.Array:
+        """The lists at positions ``at`` (ascending) of the file."""
+        column = self.table.column(1)
+        if self._data is not None or column.num_chunks != 1 or not len(at):
+            return column.take(pa.array(at, pa.int64())).combine_chunks()
+        lists = column.chunk(0)
+        offsets = np.asarray(lists.offsets.to_numpy(), dtype=np.int64)
+        values = lists.values
+        where = values.buffers()[1].address + values.offset * 4 - self._base
+        starts, ends = offsets[at], offsets[at + 1]
+        # Runs of rows whose lists touch: one read each.
+        cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+        first, last = np.append(0, cut), np.append(cut, len(at)) - 1
+        fd = os.open(self.path.uri, os.O_RDONLY)
+        try:
+            data = b"".join(
+                os.pread(fd, int(ends[b] - starts[a]) * 4, where + int(starts[a]) * 4)
+                for a, b in zip(first.tolist(), last.tolist(), strict=True)
+            )
+        finally:
+            os.close(fd)
+        if len(data) != int((ends - starts).sum()) * 4:
+            raise ValueError(f"{self.path} is shorter than its own index")
+        out = np.zeros(len(at) + 1, dtype=np.int32)
+        np.cumsum(ends - starts, out=out[1:])
+        flat = pa.array(np.frombuffer(data, dtype=np.uint32))
+        return pa.ListArray.from_arrays(pa.array(out), flat, type=lists.type)
 
     def place(self, dest: Path) -> None:
         """Make ``dest`` hold this file's bytes, replacing what it held: a hard link to the

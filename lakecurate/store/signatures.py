@@ -21,6 +21,8 @@ file has is an error, never a silent "not near": ``verify --repair`` rebuilds bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,26 +47,44 @@ SCHEMA = pa.schema(
 """What :meth:`SignatureFiles.write` takes and :meth:`SignatureFiles.read` returns."""
 
 
-def _keyed(stored: pa.Table, seq: int) -> pa.Table:
-    """A stored file's rows as :data:`SCHEMA`: ``doc_seq`` from ``row`` (a sets file), or as
-    written (a file from before sets files)."""
-    if "doc_seq" in stored.column_names:
-        return stored.select(SCHEMA.names)
-    rows = np.asarray(stored["row"].to_numpy(), dtype=np.int64)
-    return pa.table(
-        [pa.array((np.int64(seq) << np.int64(ROW_BITS)) | rows), stored["signature"]],
-        schema=SCHEMA,
-    )
+@dataclass
+class _Keyed:
+    """Stored lists by ``doc_seq`` (ascending): a table in memory, or a file read by row."""
 
+    doc_seq: npt.NDArray[np.int64]
+    lists: Callable[[npt.NDArray[np.int64]], pa.Array]  # the lists at these positions
 
-def _take(table: pa.Table, asked: npt.NDArray[np.int64], what: str) -> pa.Table:
-    """The rows of ``table`` (:data:`SCHEMA`, ``doc_seq`` ascending) for ``asked`` (ascending,
-    unique); every one must be there."""
-    have = np.asarray(table["doc_seq"].to_numpy(), dtype=np.int64)
-    at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0))
-    if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
-        raise _missing(f"{what} lacks signatures of indexed documents")
-    return table.take(pa.array(at))
+    @classmethod
+    def of_table(cls, table: pa.Table) -> _Keyed:
+        """From a :data:`SCHEMA` table, ``doc_seq`` ascending."""
+        column = table["signature"]
+        return cls(
+            np.asarray(table["doc_seq"].to_numpy(), dtype=np.int64),
+            lambda at: column.take(pa.array(at, pa.int64())).combine_chunks(),
+        )
+
+    @classmethod
+    def of_file(cls, file: sets.SetsFile, seq: int) -> _Keyed:
+        """From a sets file of commit ``seq`` (``row`` keys), or a file written before sets
+        files (``doc_seq`` keys)."""
+        keys = file.keys()
+        if file.key == "row":
+            keys = (np.int64(seq) << np.int64(ROW_BITS)) | keys
+        return cls(keys, file.take)
+
+    def table(self) -> pa.Table:
+        """Everything, as :data:`SCHEMA` (an in-memory store's copy)."""
+        at = np.arange(len(self.doc_seq), dtype=np.int64)
+        return pa.table([pa.array(self.doc_seq), self.lists(at)], schema=SCHEMA)
+
+    def read(self, asked: npt.NDArray[np.int64], what: str) -> pa.Table:
+        """The rows for ``asked`` (ascending, unique) as :data:`SCHEMA`; every one must be
+        there."""
+        have = self.doc_seq
+        at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0)).astype(np.int64)
+        if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
+            raise _missing(f"{what} lacks signatures of indexed documents")
+        return pa.table([pa.array(asked, pa.int64()), self.lists(at)], schema=SCHEMA)
 
 
 class SignatureFiles:
@@ -73,7 +93,7 @@ class SignatureFiles:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self._memory: dict[int, pa.Table] = {}
+        self._memory: dict[int, _Keyed] = {}
 
     def _path(self, seq: int) -> Path:
         assert self.folder is not None
@@ -86,37 +106,36 @@ class SignatureFiles:
         doc_seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
         seqs = doc_seqs >> ROW_BITS
         for seq in np.unique(seqs).tolist():
-            mine = seqs == seq
-            part = pa.table(
-                {"row": pa.array(doc_seqs[mine] & _ROW_MASK), "signature": docs["signature"]}
-            ).filter(pa.array(mine))
+            mine = pa.array(seqs == seq)
             if self.folder is None:
-                self._memory[seq] = _keyed(part, seq)
+                self._memory[seq] = _Keyed.of_table(docs.filter(mine))
                 continue
+            rows = pa.array(doc_seqs & _ROW_MASK)
+            part = pa.table({"row": rows, "signature": docs["signature"]}).filter(mine)
             sets.write(part, Location(str(self._path(seq))))
 
     def place(self, seq: int, file: sets.SetsFile) -> None:
         """Store a worker's sets file as the signatures of commit ``seq``, as bytes (a hard
         link when it can): the driver reads none of it."""
         if self.folder is None:
-            self._memory[seq] = _keyed(file.table, seq)
+            self._memory[seq] = _Keyed.of_table(_Keyed.of_file(file, seq).table())
             return
         file.place(self._path(seq))
 
-    def _load(self, seq: int) -> pa.Table | None:
+    def _load(self, seq: int) -> _Keyed | None:
         if self.folder is None:
             return self._memory.get(seq)
         path = self._path(seq)
         if not path.exists():
             return None
         try:
-            return _keyed(pa.ipc.open_file(pa.memory_map(str(path))).read_all(), seq)
-        except (OSError, KeyError, pa.ArrowInvalid) as exc:
+            return _Keyed.of_file(sets.SetsFile(Location(str(path))), seq)
+        except (OSError, ValueError, pa.ArrowInvalid) as exc:
             raise _missing(f"{path} is unreadable ({exc})") from exc
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
         """The signatures of ``doc_seqs`` (:data:`SCHEMA`, ascending); every one must be
-        stored."""
+        stored. Only their bytes are read (``lake.sets.SetsFile.take``)."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
         parts = []
         for seq in np.unique(wanted >> ROW_BITS).tolist():
@@ -124,7 +143,7 @@ class SignatureFiles:
             if stored is None:
                 raise _missing(f"no signatures of commit seq {seq}")
             asked = wanted[(wanted >> ROW_BITS) == seq]
-            parts.append(_take(stored, asked, f"commit seq {seq}"))
+            parts.append(stored.read(asked, f"commit seq {seq}"))
         if not parts:
             return SCHEMA.empty_table()
         return pa.concat_tables(parts)
@@ -132,15 +151,15 @@ class SignatureFiles:
     def doc_seqs(self) -> npt.NDArray[np.int64]:
         """Every stored doc_seq (for ``verify``)."""
         if self.folder is None:
-            cols = [t["doc_seq"] for t in self._memory.values()]
+            cols = [k.doc_seq for k in self._memory.values()]
         elif self.folder.is_dir():
             paths = [p for p in self.folder.glob("*.arrow") if p.stem.isdigit()]
-            cols = [t["doc_seq"] for p in paths if (t := self._load(int(p.stem))) is not None]
+            cols = [k.doc_seq for p in paths if (k := self._load(int(p.stem))) is not None]
         else:
             cols = []
         if not cols:
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.asarray(c.to_numpy(), dtype=np.int64) for c in cols])
+        return np.concatenate(cols)
 
     def clear(self) -> None:
         """Forget every signature (the band index was cleared)."""
@@ -163,39 +182,42 @@ class ChunkSets:
     holds (it signed the committed text itself: recovery, a re-decision, the SQL tests), or the
     worker's sets file, of which only the rows asked for are read (issue 14)."""
 
-    def __init__(self, seq: int, table: pa.Table, file: sets.SetsFile | None = None) -> None:
+    def __init__(
+        self, seq: int, keyed: _Keyed, table: pa.Table | None, file: sets.SetsFile | None
+    ) -> None:
         self.seq = seq
-        self.table = table  # SCHEMA, doc_seq ascending
+        self._keyed = keyed
+        self._table = table  # the in-memory sets (SCHEMA), when there is no file
         self.file = file
 
     @classmethod
     def of_docs(cls, seq: int, docs: pa.Table) -> ChunkSets:
         """From a match table's ``doc_seq`` and ``signature`` columns (NULL: no set)."""
         table = SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]).sort_by("doc_seq")
-        return cls(seq, table)
+        return cls(seq, _Keyed.of_table(table), table, None)
 
     @classmethod
     def of_file(cls, seq: int, path: Location) -> ChunkSets:
         """From the worker's sets file at ``path``."""
         file = sets.SetsFile(path)
-        return cls(seq, _keyed(file.table, seq), file)
+        return cls(seq, _Keyed.of_file(file, seq), None, file)
 
     def rows(self) -> npt.NDArray[np.int64]:
         """The rows (in the chunk's line order) that have a set."""
-        return np.asarray(self.table["doc_seq"].to_numpy(), dtype=np.int64) & _ROW_MASK
+        return self._keyed.doc_seq & _ROW_MASK
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
         """The sets of these documents of the chunk (:data:`SCHEMA`, ascending)."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
-        return _take(self.table, wanted, f"the sets of commit seq {self.seq}")
+        return self._keyed.read(wanted, f"the sets of commit seq {self.seq}")
 
     def store(self, files: SignatureFiles) -> None:
         """Make these the stored signatures of the chunk's commit (replacing an earlier
         attempt's): the sets file's bytes when there is one."""
         if self.file is not None:
             files.place(self.seq, self.file)
-        elif self.table.num_rows:
-            files.write(self.table)
+        elif self._table is not None and self._table.num_rows:
+            files.write(self._table)
 
 
 def _missing(what: str) -> LakeError:

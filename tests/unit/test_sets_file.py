@@ -87,7 +87,10 @@ def test_signature_files_of_the_layout_before_are_read(tmp_path: Path) -> None:
     folder = tmp_path / "signatures"
     folder.mkdir()
     old = pa.table(
-        {"doc_seq": pa.array([5 << 32 | 1, 5 << 32 | 4], pa.int64()), "signature": [[1], [2]]}
+        {
+            "doc_seq": pa.array([5 << 32 | 1, 5 << 32 | 4], pa.int64()),
+            "signature": pa.array([[1], [2]], LIST),
+        }
     )
     with (
         pa.OSFile(str(folder / "5.arrow"), "wb") as sink,
@@ -151,3 +154,18 @@ def test_chunk_sets_in_memory_match_those_of_a_file(tmp_path: Path) -> None:
     from_file = ChunkSets.of_file(3, Location(str(src)))
     assert memory.rows().tolist() == from_file.rows().tolist() == [0, 2]
     assert memory.read(doc_seq[[2]]).equals(from_file.read(doc_seq[[2]]))
+
+
+def test_take_reads_the_rows_asked_for_by_runs(tmp_path: Path) -> None:
+    """Rows read one run of touching lists at a time equal the file's own rows, for any
+    subset (adjacent rows, gaps, empty lists, the first and the last)."""
+    rng = np.random.default_rng(3)
+    lists = [
+        rng.integers(0, 2**32, rng.integers(0, 6), dtype=np.uint32).tolist() for _ in range(300)
+    ]
+    write_sets(tmp_path / "s.arrow", list(range(300)), lists)
+    file = sets.SetsFile(Location(str(tmp_path / "s.arrow")))
+    for _ in range(20):
+        at = np.unique(rng.integers(0, 300, rng.integers(1, 120)))
+        at = np.union1d(at, [0, 299]) if rng.random() < 0.5 else at
+        assert file.take(at).to_pylist() == [lists[i] for i in at]
