@@ -5,10 +5,10 @@ With near-dedup verification on, a worker writes beside its staged Parquet file 
 ``row`` (the document's rank in its chunk's line order, ascending) and ``signature`` (its
 shingle set, or its MinHash signature with ``verify_on = "signature"``), one row per document
 that has one. Its bytes are most of a chunk's keys (about 0.4 of the text with shingle sets),
-so the driver never reads it whole: it memory-maps it, reads the ``row`` column and the pages of
-the chunk's candidates only, and, once the chunk joins the band index, the same bytes become
-``index/signatures/<seq>.arrow`` (:func:`place`: a hard link on local disk, a copy otherwise), a
-document's key there being ``seq << 32 | row``. Written whole or not at all, like every file of
+so the driver never reads it whole: it reads the ``row`` column (memory-mapped) and the lists
+of the chunk's candidates only (``pread``), and, once the chunk joins the band index, the same
+bytes become ``index/signatures/<seq>.arrow`` (:meth:`SetsFile.place`: a hard link on local
+disk, a copy otherwise), a document's key there being ``seq << 32 | row``. Written whole or not at all, like every file of
 a lake.
 """
 

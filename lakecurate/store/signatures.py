@@ -6,10 +6,11 @@ sets (sorted uint32 hashes, 4 bytes per distinct shingle: the same column type, 
 same way), and only candidates are ever looked at: in ``state.duckdb`` the signatures were
 about half the file and grew with every document. They live instead in one uncompressed Arrow IPC
 file per commit seq, ``LAKE/index/signatures/<seq>.arrow``, written once when the chunk joins the
-band index and memory-mapped on read, so a lookup touches only the pages of the candidates it
-asks for. A file is a worker's sets file (``lake.sets``: columns ``row``, ascending, and
-``signature``; a document's key is ``seq << 32 | row``) put in place as bytes (:meth:`place`),
-so the driver never reads a chunk's sets whole (issue 14); files written before that hold
+band index; a lookup reads the key column through a memory map and only the lists of the
+candidates it asks for (``lake.sets.SetsFile.take``). A file is a worker's sets file
+(``lake.sets``: columns ``row``, ascending, and ``signature``; a document's key is
+``seq << 32 | row``) put in place as bytes (:meth:`SignatureFiles.place`), so the driver never
+reads a chunk's sets whole (issue 14); files written before that hold
 ``doc_seq`` instead of ``row`` and are read as they are.
 
 Invariant: ``minhash_docs`` holds a document of seq ``s`` only after the file of ``s`` was written
