@@ -8,8 +8,8 @@ that has one. Its bytes are most of a chunk's keys (about 0.4 of the text with s
 so the driver never reads it whole: it reads the ``row`` column (memory-mapped) and the lists
 of the chunk's candidates only (``pread``), and, once the chunk joins the band index, the same
 bytes become ``index/signatures/<seq>.arrow`` (:meth:`SetsFile.place`: a hard link on local
-disk, a copy otherwise), a document's key there being ``seq << 32 | row``. Written whole or not at all, like every file of
-a lake.
+disk, a copy otherwise), a document's key there being ``seq << 32 | row``. Written whole or
+not at all, like every file of a lake.
 """
 
 from __future__ import annotations
