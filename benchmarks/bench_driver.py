@@ -12,7 +12,8 @@ setting of the issue's profile), by ``--workers`` worker processes. Reported fro
 which count every read and write call, page cache or not), split into planning (listing and
 stat-ing inputs: the workers hash and cut them) and the rest (deciding and committing); the
 driver's and the workers' CPU seconds per GB of input and their ratio; the seconds from the
-start to the first chunk handed to a worker; wall time and the load average.
+start to the first chunk handed to a worker; the driver's peak RSS (``ru_maxrss``: the process
+that also wrote the input, a few MiB); wall time and the load average.
 
 Linux adds a reaped child's I/O to its parent's ``/proc/<pid>/io``, so the worker processes'
 bytes land in the driver's counters when the pool shuts down: the driver's own bytes are taken
@@ -154,6 +155,7 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
         "driver_cpu_s_per_gb": round(driver_cpu / gb, 2),
         "workers_cpu_s_per_gb": round(workers_cpu / gb, 2),
         "driver_over_workers_cpu": round(driver_cpu / workers_cpu, 4) if workers_cpu else None,
+        "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "wall_seconds": round(wall, 1),
         "seconds_to_first_chunk": round(first_chunk[0] - started, 2) if first_chunk else None,
         "docs_per_second": round(report.rows_in / wall),

@@ -6,7 +6,8 @@ Run: /work/venv/bin/python benchmarks/bench_worker_memory.py [--mb 256] [--prese
 One chunk of ``--mb`` MB (the seeded corpus of ``bench_driver.py``) is processed by
 ``worker.process_chunk`` in this process, with the preset's filters, exact and near dedup. A
 thread samples the resident memory every 20 ms and files each sample under the phase running:
-reading (``read_chunk``), deciding in DuckDB (after the read), signing (``add_signatures``) and
+reading (``read_chunk``), deciding in DuckDB (after the read), signing (``add_signatures``),
+writing the sets file (``write_sets``; a checkout from before sets files has no such phase) and
 writing the staged file. The peak of the whole chunk is what a worker needs per chunk size.
 """
 
@@ -25,7 +26,7 @@ from bench_driver import write_input
 from common import loadavg, rss_mib, save
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_worker_memory.json"
-PHASES = ("read_chunk", "add_signatures", "write_atomic_parquet")
+PHASES = ("read_chunk", "add_signatures", "write_sets", "write_atomic_parquet")
 
 
 def run(mb: int, preset: str, work: Path) -> dict[str, Any]:
@@ -49,7 +50,9 @@ def run(mb: int, preset: str, work: Path) -> dict[str, Any]:
             time.sleep(0.02)
 
     for name in PHASES:
-        real = getattr(worker, name)
+        real = getattr(worker, name, None)
+        if real is None:
+            continue
 
         def timed(*a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
             phase[0] = _name

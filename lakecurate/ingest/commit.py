@@ -30,7 +30,8 @@ from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
-from lakecurate.ingest.staging import patch_of, read_keys
+from lakecurate.ingest.staging import delete_staged, patch_of, read_keys
+from lakecurate.lake import sets
 from lakecurate.lake.record import (
     APPEND,
     REDECIDE,
@@ -186,7 +187,11 @@ class Committer:
         # The seq comes first: near dedup orders documents by it. The intent and the index
         # rows written ahead are then one state transaction.
         seq = self.state.next_seq()
-        rows, decided, ahead = self._decide(spec, result, keys, seq, intent_ns)
+        # The sets verification compares are in the worker's sets file, read only for the
+        # candidates (a staged file of the layout before holds them as a column).
+        in_file = BANDS_COLUMN in keys.column_names and SIGNATURE_COLUMN not in keys.column_names
+        sets_file = sets.beside(result.staged_path) if in_file else None
+        rows, decided, ahead = self._decide(spec, result, keys, seq, intent_ns, sets_file)
         self.state.begin_commit(
             "APPEND", [result.chunk_key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
         )
@@ -250,29 +255,38 @@ class Committer:
         self.state.finish_chunks(version, self.run_id, [d.finished for d in group])
         for d in group:
             if d.result.staged_path:
-                Location(d.result.staged_path).delete()
+                delete_staged(d.result.staged_path)
         return [
             CommitOutcome(d.key, version, d.result.rows_in, d.finished.rows_kept, d.lake_dups)
             for d in group
         ]
 
     def _decide(
-        self, spec: ChunkSpec, result: ChunkResult, staged: pa.Table, seq: int, intent_ns: int
+        self,
+        spec: ChunkSpec,
+        result: ChunkResult,
+        staged: pa.Table,
+        seq: int,
+        intent_ns: int,
+        sets_file: Location | None = None,
     ) -> tuple[pa.Table, Decided, Callable[[], None]]:
         """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
-        columns), its record, and what writes its index rows and bands ahead of its Delta
+        columns; ``sets_file``: the worker's file of its near-dedup sets, when they are not a
+        column), its record, and what writes its index rows and bands ahead of its Delta
         commit (inside the caller's state transaction: the next chunk is decided against
         them)."""
         key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
         near_writer = None
-        if self.near is not None and SIGNATURE_COLUMN in rows.column_names:
+        if self.near is not None and BANDS_COLUMN in rows.column_names:
             kept_before = int(pc.sum(rows["kept"]).as_py() or 0)
-            rows, near_dups, near_writer = self.near.apply(rows, seq)
+            rows, near_dups, near_writer = self.near.apply(rows, seq, sets_file)
             funnel.append(("near_dup", kept_before, near_dups))
-        elif SIGNATURE_COLUMN in rows.column_names:
-            rows = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
+        else:
+            rows = rows.drop_columns(
+                [c for c in (SIGNATURE_COLUMN, BANDS_COLUMN) if c in rows.column_names]
+            )
         kept = int(pc.sum(rows["kept"]).as_py() or 0)
         chunk = {
             "rows_in": result.rows_in,

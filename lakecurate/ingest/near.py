@@ -16,8 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakecurate.errors import LakeError
+from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.store import band_index
+from lakecurate.store.signatures import ChunkSets
 
 NEAR_DUP = "near_dup"
 
@@ -29,14 +32,24 @@ class NearDedup:
         self.index = index
         self.cfg = index.cfg
 
-    def apply(self, rows: pa.Table, seq: int) -> tuple[pa.Table, int, Callable[[], None]]:
-        """Decide a chunk (rows sorted by source_line, with signature columns).
+    def apply(
+        self, rows: pa.Table, seq: int, sets_file: Location | None = None
+    ) -> tuple[pa.Table, int, Callable[[], None]]:
+        """Decide a chunk (rows sorted by source_line, with the band column, and the signature
+        column unless ``sets_file``, the worker's sets file of the chunk, holds the sets).
 
-        Returns the rows (signature columns dropped), the number of near duplicates, and the
+        Returns the rows (near-dedup columns dropped), the number of near duplicates, and the
         index writer to call inside the state transaction.
         """
         table, positions = band_index.chunk_table_of(rows, seq)
-        matched = self.index.match_chunk(table)
+        sets = None
+        if sets_file is not None and self.cfg.verify:
+            sets = ChunkSets.of_file(seq, sets_file)
+            if not np.array_equal(sets.rows(), positions):
+                raise LakeError(
+                    f"the sets file {sets_file} does not match its staged chunk's documents"
+                )
+        matched = self.index.match_chunk(table, sets)
         n = rows.num_rows
         cluster = np.full(n, -1, dtype=np.int64)
         has_cluster = np.zeros(n, dtype=bool)
@@ -73,7 +86,9 @@ class NearDedup:
                 "dup_of",
                 pc.coalesce(follow, rows["dup_of"]),
             )
-        out = rows.drop_columns([SIGNATURE_COLUMN, BANDS_COLUMN])
+        out = rows.drop_columns(
+            [c for c in (SIGNATURE_COLUMN, BANDS_COLUMN) if c in rows.column_names]
+        )
         out = out.set_column(
             out.schema.get_field_index("kept"), "kept", pc.and_(out["kept"], pc.invert(is_near))
         )
@@ -92,4 +107,4 @@ class NearDedup:
             "cluster_id",
             pa.array(cluster, mask=~has_cluster),
         )
-        return out, dups, lambda: self.index.add_chunk(table, matched)
+        return out, dups, lambda: self.index.add_chunk(table, matched, sets)

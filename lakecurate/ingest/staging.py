@@ -6,9 +6,12 @@ Staged files live on the lake's storage (``lake.storage.Location``: local disk, 
 where every node reaches them), written whole or not at all, so a reader never sees a partial
 file.
 
-The driver reads only a staged file's key columns (``read_keys``: ids, hashes, verdicts and the
-near-dedup signatures, never the text) and answers with a *patch*: the rows whose verdict its
-lake-wide decisions changed. A worker applies the patch to the whole file (``apply_patch``)
+With near-dedup verification on, the sets verification compares (a third of the text's size with
+shingle sets) are not in the staged file but in its *sets file* beside it (``lake.sets``),
+written first and named in the staged file's footer by its sha256, so the pair is sealed as
+one. The driver reads only a staged file's key columns (``read_keys``: ids, hashes, verdicts and
+the band hashes, never the text or the sets) and answers with a *patch*: the rows whose verdict
+its lake-wide decisions changed. A worker applies the patch to the whole file (``apply_patch``)
 and writes the table's data files, so document text never passes through the driver.
 """
 
@@ -27,12 +30,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakecurate import faults
-from lakecurate.lake import atomic
+from lakecurate.lake import atomic, sets
 from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, DECISION_COLUMNS, KEY_COLUMNS, SIGNATURE_COLUMN
 from lakecurate.types import ChunkResult
 
 RESULT_KEY = b"lakecurate.result"
+SETS_KEY = b"lakecurate.sets_sha256"
+"""The staged file's footer key naming its sets file by digest (absent: no sets file)."""
 STAGED_GROUP_ROWS = 8192
 
 
@@ -89,10 +94,27 @@ def read_staged_result(path: Location) -> ChunkResult | None:
         result = ChunkResult(**data)
     except (OSError, ValueError, TypeError, KeyError):
         sealed, result = False, None
-    if not sealed:
+    if not sealed or not _sets_intact(path, md.get(SETS_KEY)):
         _discard(path)
         return None
     return result
+
+
+def _sets_intact(path: Location, digest: bytes | None) -> bool:
+    """Whether the sets file the staged file at ``path`` names (if any) is there, unchanged.
+    Read whole, but only for a chunk staged by an earlier run (``read_staged_result``)."""
+    if digest is None:
+        return True
+    try:
+        return sets.digest(sets.beside(path.uri)) == digest.decode()
+    except (OSError, ValueError):
+        return False
+
+
+def delete_staged(staged_path: str) -> None:
+    """Remove a staged file and its sets file (the chunk is committed)."""
+    Location(staged_path).delete()
+    sets.beside(staged_path).delete()
 
 
 ROW = "staged_row"
@@ -110,8 +132,9 @@ def read_staged(path: str, columns: list[str] | None = None) -> pa.Table:
 
 
 def read_keys(path: str) -> pa.Table:
-    """The columns the driver decides a staged chunk on (the near-dedup signatures too, when
-    the file has them), plus each row's position; the text is never read."""
+    """The columns the driver decides a staged chunk on (the band hashes too, and the sets
+    when a file of the layout before holds them), plus each row's position; the text is never
+    read."""
     loc = Location(path)
     present = set(pq.read_schema(loc.fs_path, filesystem=loc.fs).names)
     names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in present]

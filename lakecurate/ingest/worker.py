@@ -1,7 +1,9 @@
 """The worker: pure functions from one chunk to files and a small result.
 
 ``process_chunk`` reads only its chunk and writes only ``staging/<chunk_key>.<config_hash>.parquet``
-(through ``staging.write_atomic_parquet``). ``finalise_chunk`` applies the driver's verdicts to
+(through ``staging.write_atomic_parquet``) and, with near-dedup verification on, its sets file
+beside it (``lake.sets``: what verification compares, kept apart so the driver reads only the
+candidates' of it). ``finalise_chunk`` applies the driver's verdicts to
 that staged file and writes the chunk's data files into the table folder, under names its
 commit seq makes unique, for the driver to commit. Neither touches DuckDB state or the Delta
 log, so both run in any process, on any machine, any number of times. Only the executor
@@ -31,6 +33,7 @@ from lakecurate.ingest.cutting import plan_file
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import (
     RESULT_KEY,
+    SETS_KEY,
     apply_patch,
     read_staged,
     staged_name,
@@ -38,10 +41,12 @@ from lakecurate.ingest.staging import (
     write_atomic_parquet,
 )
 from lakecurate.lake.files import write_data_files
+from lakecurate.lake.sets import beside as sets_file
+from lakecurate.lake.sets import write as write_sets
 from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
-from lakecurate.steps.near.signatures import add_signatures
+from lakecurate.steps.near.signatures import add_signatures, split_sets
 from lakecurate.types import (
     ChunkResult,
     ChunkSpec,
@@ -170,6 +175,11 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     )
     result.seconds = time.perf_counter() - started
     meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
+    if cfg.near_dedup.enabled:
+        decided, chunk_sets = split_sets(decided)
+        if cfg.near_dedup.verify:  # written first: the staged file seals it by its digest
+            meta[SETS_KEY] = write_sets(chunk_sets, sets_file(path.uri)).encode()
+        del chunk_sets
     write_atomic_parquet(decided.replace_schema_metadata(meta), path)
     return result
 

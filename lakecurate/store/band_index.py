@@ -30,7 +30,7 @@ from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
 from lakecurate.store.band_cache import BandCache
-from lakecurate.store.signatures import SignatureFiles
+from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
@@ -142,15 +142,22 @@ def chunk_table(
 
 
 def chunk_table_of(rows: pa.Table, seq: int) -> tuple[pa.Table, npt.NDArray[np.int64]]:
-    """The match table of a chunk's rows (with the staged signature columns) committed with
-    ``seq``, and the row positions it covers: rows without a signature take no part."""
-    valid = pc.is_valid(rows[SIGNATURE_COLUMN]).to_numpy(zero_copy_only=False)
+    """The match table of a chunk's rows (with the staged band column, and the signature
+    column when the driver holds it) committed with ``seq``, and the row positions it covers:
+    rows without bands (no tokens) take no part. Without a signature column the table's
+    ``signature`` is NULL: the sets are the worker's file's (:class:`ChunkSets`)."""
+    valid = pc.is_valid(rows[BANDS_COLUMN]).to_numpy(zero_copy_only=False)
     positions = np.flatnonzero(valid).astype(np.int64)
     take = pa.array(positions)
+    signature = (
+        rows[SIGNATURE_COLUMN].take(take)
+        if SIGNATURE_COLUMN in rows.column_names
+        else pa.nulls(len(positions), CHUNK_SCHEMA.field("signature").type)
+    )
     table = chunk_table(
         make_doc_seq(seq, positions),
         rows["id"].take(take),
-        rows[SIGNATURE_COLUMN].take(take),
+        signature,
         rows[BANDS_COLUMN].take(take),
     )
     return table, positions
@@ -289,13 +296,15 @@ class NearDedupIndex:
         seqs = docs["doc_seq"].to_numpy()
         return int(seqs.min()), int(seqs.max())
 
-    def match_chunk(self, docs: pa.Table) -> pa.Table:
+    def match_chunk(self, docs: pa.Table, sets: ChunkSets | None = None) -> pa.Table:
         """Decide a chunk: (doc_seq, doc_id, cluster_id, dup_of) per row, ordered by doc_seq.
 
         ``docs`` follows :data:`CHUNK_SCHEMA`; every doc_seq must exceed those already indexed
         (rows of this chunk already in the index, from an interrupted earlier attempt, are
         ignored). ``cluster_id`` is the doc_seq of the cluster's kept document (its own for a
         kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
+        ``sets``: the chunk's sets (default: ``docs["signature"]``), of which only those of
+        the documents in a candidate pair are read.
         """
         lo, _hi = self._register(docs)
         kept = self.link == "kept"
@@ -306,6 +315,7 @@ class NearDedupIndex:
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
             self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
+            self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
                 {"verify": self.cfg.verify, **self.near_params},
@@ -331,8 +341,8 @@ class NearDedupIndex:
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
         finally:
             self.con.unregister("nd_chunk")
-            self.con.unregister("nd_old_cand")
-            self.con.unregister("nd_old_sigs")
+            for name in ("nd_old_cand", "nd_old_sigs", "nd_chunk_sigs"):
+                self.con.unregister(name)
         return result.cast(RESULT_SCHEMA)
 
     def _old_signatures(self, *, clusters: bool) -> pa.Table:
@@ -345,18 +355,33 @@ class NearDedupIndex:
         ).fetchnumpy()["doc_seq"]
         return self.signatures.read(needed)
 
-    def add_chunk(self, docs: pa.Table, matched: pa.Table) -> None:
+    def _chunk_signatures(self, docs: pa.Table, lo: int, sets: ChunkSets | None) -> pa.Table:
+        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``):
+        all verification compares of the chunk (a kept document a rule-``kept`` label names
+        is in a pair too); none without verification."""
+        if not self.cfg.verify:
+            return self.signatures.read([])
+        if sets is None:
+            sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
+        needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
+        return sets.read(needed)
+
+    def add_chunk(self, docs: pa.Table, matched: pa.Table, sets: ChunkSets | None = None) -> None:
         """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
 
         Dropped documents are indexed too: a later document that is near only to a dropped one
         joins that one's cluster, exactly as in one batch run over everything. Run it inside the
         caller's transaction (it issues plain statements, no BEGIN/COMMIT of its own).
+        ``sets``: the chunk's sets (default: ``docs["signature"]``), stored as its commit's
+        signature file.
         """
         lo, hi = self._register(docs)
         self.con.register("nd_matched", matched)
         try:
             if self.cfg.verify:  # before the rows: no indexed document without its signature
-                self.signatures.write(SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]))
+                if sets is None:
+                    sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
+                sets.store(self.signatures)
             self.con.execute(engine.q("dedup.chunk_bands"))
             self.con.execute(engine.q("dedup.forget_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})

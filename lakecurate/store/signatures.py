@@ -5,19 +5,25 @@ Verification compares a candidate pair's full signatures (``num_perm`` uint32 ea
 sets (sorted uint32 hashes, 4 bytes per distinct shingle: the same column type, stored here the
 same way), and only candidates are ever looked at: in ``state.duckdb`` the signatures were
 about half the file and grew with every document. They live instead in one uncompressed Arrow IPC
-file per commit seq, ``LAKE/index/signatures/<seq>.arrow`` (columns ``doc_seq``, sorted, and
-``signature``), written once when the chunk joins the band index and memory-mapped on read, so a
-lookup touches only the pages of the candidates it asks for.
+file per commit seq, ``LAKE/index/signatures/<seq>.arrow``, written once when the chunk joins the
+band index; a lookup reads the key column through a memory map and only the lists of the
+candidates it asks for (``lake.sets.SetsFile.take``). A file is a worker's sets file
+(``lake.sets``: columns ``row``, ascending, and ``signature``; a document's key is
+``seq << 32 | row``) put in place as bytes (:meth:`SignatureFiles.place`), so the driver never
+reads a chunk's sets whole (issue 14); files written before that hold
+``doc_seq`` instead of ``row`` and are read as they are.
 
 Invariant: ``minhash_docs`` holds a document of seq ``s`` only after the file of ``s`` was written
-with its signature (:meth:`SignatureFiles.write` runs before the rows are inserted, and rewrites
-the whole file, so a retried chunk overwrites an earlier attempt). Files of seqs that left the
+with its signature (:meth:`ChunkSets.store` runs before the rows are inserted, and replaces the
+whole file, so a retried chunk overwrites an earlier attempt). Files of seqs that left the
 index are harmless leftovers: nothing asks for their documents. A document the index holds but no
 file has is an error, never a silent "not near": ``verify --repair`` rebuilds both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +32,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate.errors import LakeError
-from lakecurate.lake import atomic
+from lakecurate.lake import sets
+from lakecurate.lake.storage import Location
 
 ROW_BITS = 32
 """doc_seq = (commit seq << ROW_BITS) | row (``band_index.make_doc_seq``)."""
+_ROW_MASK = (1 << ROW_BITS) - 1
 
 SCHEMA = pa.schema(
     [
@@ -40,13 +48,53 @@ SCHEMA = pa.schema(
 """What :meth:`SignatureFiles.write` takes and :meth:`SignatureFiles.read` returns."""
 
 
+@dataclass
+class _Keyed:
+    """Stored lists by ``doc_seq`` (ascending): a table in memory, or a file read by row."""
+
+    doc_seq: npt.NDArray[np.int64]
+    lists: Callable[[npt.NDArray[np.int64]], pa.Array]  # the lists at these positions
+
+    @classmethod
+    def of_table(cls, table: pa.Table) -> _Keyed:
+        """From a :data:`SCHEMA` table, ``doc_seq`` ascending."""
+        column = table["signature"]
+        return cls(
+            np.asarray(table["doc_seq"].to_numpy(), dtype=np.int64),
+            lambda at: column.take(pa.array(at, pa.int64())).combine_chunks(),
+        )
+
+    @classmethod
+    def of_file(cls, file: sets.SetsFile, seq: int) -> _Keyed:
+        """From a sets file of commit ``seq`` (``row`` keys), or a file written before sets
+        files (``doc_seq`` keys)."""
+        keys = file.keys()
+        if file.key == "row":
+            keys = (np.int64(seq) << np.int64(ROW_BITS)) | keys
+        return cls(keys, file.take)
+
+    def table(self) -> pa.Table:
+        """Everything, as :data:`SCHEMA` (an in-memory store's copy)."""
+        at = np.arange(len(self.doc_seq), dtype=np.int64)
+        return pa.table([pa.array(self.doc_seq), self.lists(at)], schema=SCHEMA)
+
+    def read(self, asked: npt.NDArray[np.int64], what: str) -> pa.Table:
+        """The rows for ``asked`` (ascending, unique) as :data:`SCHEMA`; every one must be
+        there."""
+        have = self.doc_seq
+        at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0)).astype(np.int64)
+        if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
+            raise _missing(f"{what} lacks signatures of indexed documents")
+        return pa.table([pa.array(asked, pa.int64()), self.lists(at)], schema=SCHEMA)
+
+
 class SignatureFiles:
     """The signature files of one lake (``folder``), or an in-memory set of them (``None``:
     an index on a throw-away connection, as the SQL tests use)."""
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self._memory: dict[int, pa.Table] = {}
+        self._memory: dict[int, _Keyed] = {}
 
     def _path(self, seq: int) -> Path:
         assert self.folder is not None
@@ -56,46 +104,47 @@ class SignatureFiles:
         """Store the signatures of ``docs`` (:data:`SCHEMA`, non-NULL signatures), replacing
         whatever an earlier attempt stored for their seqs."""
         docs = docs.select(SCHEMA.names).cast(SCHEMA).sort_by("doc_seq")
-        seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64) >> ROW_BITS
+        doc_seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
+        seqs = doc_seqs >> ROW_BITS
         for seq in np.unique(seqs).tolist():
-            part = docs.filter(pa.array(seqs == seq))
+            mine = pa.array(seqs == seq)
             if self.folder is None:
-                self._memory[seq] = part
+                self._memory[seq] = _Keyed.of_table(docs.filter(mine))
                 continue
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with (
-                atomic.replacing(self._path(seq)) as tmp,
-                pa.OSFile(str(tmp), "wb") as sink,
-                pa.ipc.new_file(sink, SCHEMA) as writer,
-            ):
-                writer.write_table(part)
+            rows = pa.array(doc_seqs & _ROW_MASK)
+            part = pa.table({"row": rows, "signature": docs["signature"]}).filter(mine)
+            sets.write(part, Location(str(self._path(seq))))
 
-    def _load(self, seq: int) -> pa.Table | None:
+    def place(self, seq: int, file: sets.SetsFile) -> None:
+        """Store a worker's sets file as the signatures of commit ``seq``, as bytes (a hard
+        link when it can): the driver reads none of it."""
+        if self.folder is None:
+            self._memory[seq] = _Keyed.of_table(_Keyed.of_file(file, seq).table())
+            return
+        file.place(self._path(seq))
+
+    def _load(self, seq: int) -> _Keyed | None:
         if self.folder is None:
             return self._memory.get(seq)
         path = self._path(seq)
         if not path.exists():
             return None
         try:
-            return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-        except (OSError, pa.ArrowInvalid) as exc:
+            return _Keyed.of_file(sets.SetsFile(Location(str(path))), seq)
+        except (OSError, ValueError, pa.ArrowInvalid) as exc:
             raise _missing(f"{path} is unreadable ({exc})") from exc
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
-        """The signatures of ``doc_seqs`` (:data:`SCHEMA`, in the order asked); every one must
-        be stored."""
+        """The signatures of ``doc_seqs`` (:data:`SCHEMA`, ascending); every one must be
+        stored. Only their bytes are read (``lake.sets.SetsFile.take``)."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
         parts = []
         for seq in np.unique(wanted >> ROW_BITS).tolist():
-            asked = wanted[(wanted >> ROW_BITS) == seq]
             stored = self._load(seq)
             if stored is None:
                 raise _missing(f"no signatures of commit seq {seq}")
-            have = np.asarray(stored["doc_seq"].to_numpy(), dtype=np.int64)
-            at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0))
-            if len(have) == 0 or (have[at] != asked).any():
-                raise _missing(f"commit seq {seq} lacks signatures of indexed documents")
-            parts.append(stored.take(pa.array(at)))
+            asked = wanted[(wanted >> ROW_BITS) == seq]
+            parts.append(stored.read(asked, f"commit seq {seq}"))
         if not parts:
             return SCHEMA.empty_table()
         return pa.concat_tables(parts)
@@ -103,15 +152,15 @@ class SignatureFiles:
     def doc_seqs(self) -> npt.NDArray[np.int64]:
         """Every stored doc_seq (for ``verify``)."""
         if self.folder is None:
-            cols = [t["doc_seq"] for t in self._memory.values()]
+            cols = [k.doc_seq for k in self._memory.values()]
         elif self.folder.is_dir():
             paths = [p for p in self.folder.glob("*.arrow") if p.stem.isdigit()]
-            cols = [t["doc_seq"] for p in paths if (t := self._load(int(p.stem))) is not None]
+            cols = [k.doc_seq for p in paths if (k := self._load(int(p.stem))) is not None]
         else:
             cols = []
         if not cols:
             return np.zeros(0, dtype=np.int64)
-        return np.concatenate([np.asarray(c.to_numpy(), dtype=np.int64) for c in cols])
+        return np.concatenate(cols)
 
     def clear(self) -> None:
         """Forget every signature (the band index was cleared)."""
@@ -127,6 +176,49 @@ class SignatureFiles:
         """A :data:`SCHEMA` table of the rows that have a signature."""
         table = pa.table({"doc_seq": doc_seq, "signature": signature})
         return table.filter(pc.is_valid(table["signature"])).cast(SCHEMA)
+
+
+class ChunkSets:
+    """The sets (or signatures) of the chunk being decided, commit ``seq``: a column the driver
+    holds (it signed the committed text itself: recovery, a re-decision, the SQL tests), or the
+    worker's sets file, of which only the rows asked for are read (issue 14)."""
+
+    def __init__(
+        self, seq: int, keyed: _Keyed, table: pa.Table | None, file: sets.SetsFile | None
+    ) -> None:
+        self.seq = seq
+        self._keyed = keyed
+        self._table = table  # the in-memory sets (SCHEMA), when there is no file
+        self.file = file
+
+    @classmethod
+    def of_docs(cls, seq: int, docs: pa.Table) -> ChunkSets:
+        """From a match table's ``doc_seq`` and ``signature`` columns (NULL: no set)."""
+        table = SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]).sort_by("doc_seq")
+        return cls(seq, _Keyed.of_table(table), table, None)
+
+    @classmethod
+    def of_file(cls, seq: int, path: Location) -> ChunkSets:
+        """From the worker's sets file at ``path``."""
+        file = sets.SetsFile(path)
+        return cls(seq, _Keyed.of_file(file, seq), None, file)
+
+    def rows(self) -> npt.NDArray[np.int64]:
+        """The rows (in the chunk's line order) that have a set."""
+        return self._keyed.doc_seq & _ROW_MASK
+
+    def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
+        """The sets of these documents of the chunk (:data:`SCHEMA`, ascending)."""
+        wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
+        return self._keyed.read(wanted, f"the sets of commit seq {self.seq}")
+
+    def store(self, files: SignatureFiles) -> None:
+        """Make these the stored signatures of the chunk's commit (replacing an earlier
+        attempt's): the sets file's bytes when there is one."""
+        if self.file is not None:
+            files.place(self.seq, self.file)
+        elif self._table is not None and self._table.num_rows:
+            files.write(self._table)
 
 
 def _missing(what: str) -> LakeError:

@@ -3,10 +3,13 @@
 -- order" is "smallest doc_seq". A document's cluster_id is the doc_seq of its cluster's kept
 -- document; the kept document has cluster_id = its own doc_seq. See docs/near-dedup.md.
 -- Inputs of the chunk statements: the Arrow table `nd_chunk(doc_seq BIGINT, doc_id VARCHAR,
--- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.store.band_index, and, while a
--- chunk is matched, `nd_old_sigs(doc_seq BIGINT, signature UINTEGER[])`: the signatures of the
--- earlier documents the chunk's candidates need, read from the signature files
--- (lakecurate.store.signatures: they are not kept in this database).
+-- bands UBIGINT[], signature UINTEGER[])`, registered by lakecurate.store.band_index (its
+-- signature column is not read here), and, while a chunk is matched,
+-- `nd_old_sigs(doc_seq BIGINT, signature UINTEGER[])`: the signatures of the earlier documents
+-- the chunk's candidates need, read from the signature files (lakecurate.store.signatures: they
+-- are not kept in this database), and `nd_chunk_sigs` of the same shape: those of the chunk's
+-- own documents in a candidate pair (chunk_signatures_needed), read from the worker's sets file,
+-- so the driver never reads a chunk's sets whole (issue 14).
 
 -- name: create_bands
 -- One row per (document, band). Kept for every document that has tokens, dropped or not, so a
@@ -115,6 +118,14 @@ JOIN minhash_docs k ON k.doc_seq = o.cluster_id
 WHERE $clusters AND c.old
 ORDER BY 1;
 
+-- name: chunk_signatures_needed
+-- The chunk's own documents whose signatures the matching compares: every one in a candidate
+-- pair (a label of rule `kept` naming a document of the chunk names one of these too).
+SELECT src AS doc_seq FROM nd_cand
+UNION
+SELECT dst FROM nd_cand WHERE NOT old
+ORDER BY 1;
+
 -- name: chunk_edges
 -- The candidate pairs that are edges: with $verify, a pair stays only when it is near (nd_near:
 -- an integer test on the signatures or the shingle sets, no float rounding decides).
@@ -122,7 +133,7 @@ CREATE OR REPLACE TEMP TABLE nd_edges AS
 WITH sigs AS (
     SELECT doc_seq, signature FROM nd_old_sigs WHERE $verify
     UNION ALL
-    SELECT doc_seq, signature FROM nd_chunk WHERE $verify
+    SELECT doc_seq, signature FROM nd_chunk_sigs WHERE $verify
 )
 SELECT c.src, c.dst, c.old
 FROM nd_cand c
@@ -166,7 +177,7 @@ WITH cand AS (
 ), ok AS (
     SELECT c.src, min(c.rep) AS rep
     FROM cand c
-    JOIN nd_chunk s ON s.doc_seq = c.src
+    JOIN nd_chunk_sigs s ON s.doc_seq = c.src
     JOIN nd_old_sigs r ON r.doc_seq = c.rep
     WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
     GROUP BY c.src
@@ -191,13 +202,13 @@ WITH cand AS (
     JOIN nd_labels p ON p.doc_seq = e.dst
     WHERE NOT e.old
 ), sigs AS (
-    SELECT doc_seq, signature FROM nd_chunk
+    SELECT doc_seq, signature FROM nd_chunk_sigs
     UNION ALL
     SELECT doc_seq, signature FROM nd_old_sigs
 ), ok AS (
     SELECT c.src, min(c.rep) AS rep
     FROM cand c
-    JOIN nd_chunk s ON s.doc_seq = c.src
+    JOIN nd_chunk_sigs s ON s.doc_seq = c.src
     JOIN sigs r ON r.doc_seq = c.rep
     WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
     GROUP BY c.src

@@ -53,6 +53,7 @@ WORKER_SHARED = {
     "lakecurate.lake.files",
     "lakecurate.lake.storage",
     "lakecurate.lake.atomic",
+    "lakecurate.lake.sets",
 }
 """Vocabulary of both sides of ingest (the staged file, a chunk's digest, how inputs are cut)
 and the lake modules a worker uses: it writes data files on the lake's storage, never the

@@ -104,6 +104,35 @@ def _spread(
     )
 
 
+def split_sets(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``rows`` without the signature column, and that column's non-NULL lists as a table
+    ``(row, signature)``: ``row`` is each document's rank in the chunk's line order
+    (``source_line``, unique in a chunk), the row its key ``seq << 32 | row`` names once the
+    driver has ordered the chunk, ascending. The worker writes it as the chunk's sets file
+    (``lake.sets``); the lists' values are not copied when the rows are in line order (a
+    NULL list is empty, so the valid lists' values are contiguous)."""
+    column = rows[SIGNATURE_COLUMN]
+    col = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    rest = rows.drop_columns([SIGNATURE_COLUMN])
+    lines = np.asarray(rows["source_line"].to_numpy(), dtype=np.int64)
+    valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+    order = np.arange(len(lines), dtype=np.int64)
+    rank = order
+    if len(lines) and not (np.diff(lines) > 0).all():  # not in line order: rank them
+        order = np.argsort(lines, kind="stable")
+        rank = np.empty(len(lines), dtype=np.int64)
+        rank[order] = np.arange(len(lines))
+    signed = order[valid[order]]
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    ends = offsets[signed + 1]
+    if len(signed) and (offsets[signed[1:]] == ends[:-1]).all():  # contiguous: no copy
+        starts = np.append(offsets[signed], ends[-1]).astype(np.int32)
+        lists = pa.ListArray.from_arrays(pa.array(starts), col.values, type=col.type)
+    else:
+        lists = col.take(pa.array(signed))
+    return rest, pa.table({"row": pa.array(rank[signed]), "signature": lists})
+
+
 _BATCH_TEXT_BYTES = 16 << 20
 
 
