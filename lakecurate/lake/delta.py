@@ -299,9 +299,8 @@ class DeltaStore:
         """Commit ``files`` as ``version`` by writing its commit file: the actions delta-rs
         writes for ``create_write_transaction`` (commitInfo with the write metrics ``history``
         reads, one add per file, the app transaction), written whole under a temp name, then
-        linked to ``_delta_log/<version>.json``, which fails if that version exists. Only the
-        lake lock's holder commits, so that means another writer broke in: nothing is
-        committed."""
+        linked to ``_delta_log/<version>.json``, which fails (``FileExistsError``) if that
+        version exists: only the lake lock's holder commits, so another writer broke in."""
         from lakecurate import __version__
 
         now_ms = time.time_ns() // 1_000_000
@@ -338,11 +337,10 @@ class DeltaStore:
             faults.hit("delta_log_append", name)  # tests: a kill before the version exists
             try:
                 os.link(tmp, log / name)
-            except FileExistsError:
-                raise CommitError(
-                    f"Delta version {version} appeared while lakecurate committed seq {seq}: "
-                    "another process wrote to the table though the lake is locked; nothing "
-                    "was committed, re-run the same command"
+            except FileExistsError:  # commit_files turns it into a CommitError, cleaned up
+                raise FileExistsError(
+                    f"Delta version {version} exists already: another process wrote to the "
+                    "table though the lake is locked"
                 ) from None
             atomic.fsync_path(log)
         finally:
