@@ -371,7 +371,10 @@ class DeltaStore:
         """Checkpoint the latest version when ``at_least`` commits were made since the last
         checkpoint, and clean up the log files past ``delta.logRetentionDuration`` when the
         table allows it (``delta.enableExpiredLogCleanup``); returns the version checkpointed,
-        if any. The end of an ingest calls it; a failure only makes the next open slower."""
+        if any (none from a store that has not committed). The end of an ingest calls it; a
+        failure only makes the next open slower."""
+        if self._checkpointed is None and version is None:
+            return None  # this store has not committed: nothing changed since the last run
         latest = self.version() if version is None else version
         if latest < 0 or latest - self._last_checkpoint() < max(1, at_least):
             return None
