@@ -12,13 +12,15 @@ commit the driver makes is timed (``DeltaStore.commit_files`` since issue 14, on
 chunks; ``DeltaStore.append`` before it, one per chunk), with the driver's RSS after it. Reported:
 the median commit time of the first and the last tenth of the commits and their ratio, the
 commit time per chunk, the driver RSS when the 1,000th chunk was committed and at the end, the
-whole ingest's wall time, and the load average.
+whole ingest's wall time, the CPU time per chunk of the driver and of the workers (whose
+processes have ended when the ingest returns), and the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import tempfile
 import time
@@ -79,8 +81,13 @@ def run(chunks: int, workers: int, work: Path) -> dict[str, Any]:
     setattr(DeltaStore, name, timed)
     load_before = loadavg()
     started = time.perf_counter()
+    cpu = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     report = Lake.open(work / "lake").ingest([data], config=cfg, workers=workers)
     wall = time.perf_counter() - started
+    driver_cpu, workers_cpu = (
+        sum(getattr(resource.getrusage(who), f) - getattr(was, f) for f in ("ru_utime", "ru_stime"))
+        for who, was in zip((resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN), cpu, strict=True)
+    )
     assert report.ok, report.dead
     times = [c[0] for c in commits]
     tenth = max(1, len(times) // 10)
@@ -100,6 +107,8 @@ def run(chunks: int, workers: int, work: Path) -> dict[str, Any]:
         "driver_rss_mib_at_chunk_1000": None if at_1000 is None else round(at_1000),
         "driver_rss_mib_end": round(rss_mib()),
         "wall_seconds": round(wall, 1),
+        "driver_cpu_ms_per_chunk": round(1000 * driver_cpu / report.chunks_committed, 1),
+        "workers_cpu_ms_per_chunk": round(1000 * workers_cpu / report.chunks_committed, 1),
         "docs_per_second": round(report.rows_in / wall),
         "loadavg_before": load_before,
         "loadavg_after": loadavg(),

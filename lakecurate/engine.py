@@ -6,7 +6,9 @@ reviewed as SQL. Values are always bound parameters; identifiers go through ``qu
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -99,4 +101,41 @@ def connect(
         con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
+    return con
+
+
+_PROCESS_DB: dict[int, tuple[duckdb.DuckDBPyConnection, set[Callable[..., None]]]] = {}
+"""pid -> this process's in-memory database for ``cursor``, and the setups already run on it."""
+
+
+def cursor(
+    *,
+    threads: int | None = None,
+    track_progress: bool = False,
+    setup: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """A fresh connection to this process's one in-memory database, for a short piece of
+    work (a worker's chunk). Opening an in-memory DuckDB costs ~10 ms and closing it ~2 ms, a
+    cursor of a kept one ~0.3 ms: on small chunks the opening was a third of a worker's time
+    (issue 14). Close it when done: what it registered goes with it. ``setup`` (e.g. creating
+    functions and macros, which live in the database) runs once per process. ``threads`` is
+    the database's setting, so every cursor of the process shares it."""
+    pid = os.getpid()
+    if pid not in _PROCESS_DB:  # a forked child never shares its parent's database
+        _PROCESS_DB.clear()
+        _PROCESS_DB[pid] = (connect(threads=threads), set())
+    db, done = _PROCESS_DB[pid]
+    con = db.cursor()
+    if track_progress:
+        con.execute(
+            "SET enable_progress_bar = true; SET enable_progress_bar_print = false; "
+            "SET progress_bar_time = 0"
+        )
+    else:
+        con.execute("SET enable_progress_bar = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if setup is not None and setup not in done:
+        setup(con)
+        done.add(setup)
     return con

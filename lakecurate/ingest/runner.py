@@ -20,13 +20,14 @@ from collections.abc import Callable
 from types import FrameType, ModuleType
 
 from lakecurate.config import Config
-from lakecurate.errors import DiskFullError, UsageError, disk_full, is_disk_full
+from lakecurate.errors import CommitError, DiskFullError, UsageError, disk_full, is_disk_full
 from lakecurate.ingest.chunking import Inputs, skipped_lines
 from lakecurate.ingest.commit import Committer
 from lakecurate.ingest.executor import LocalExecutor, default_workers
 from lakecurate.ingest.malformed import mostly_malformed
 from lakecurate.ingest.plan import Planner, make_plan
 from lakecurate.ingest.scheduler import Executor, IngestReport, Scheduler
+from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.paths import LakePaths
 from lakecurate.progress import NullReporter, Reporter
 from lakecurate.store.session import write_session
@@ -138,6 +139,7 @@ def ingest(
                 report.malformed = mostly_malformed(
                     session.state, paths.documents, [p for p, _ in inputs.files], cfg.input
                 )
+                _settle(session.delta, report)
             except BaseException:
                 session.done, session.dead = report.chunks_committed, len(report.dead)
                 raise
@@ -156,6 +158,16 @@ def ingest(
         raise
     finally:
         reporter.close()
+
+
+def _settle(delta: DeltaStore, report: IngestReport) -> None:
+    """Checkpoint the Delta table at the end of an ingest that committed (the hot path writes
+    one only every ``delta.checkpointInterval`` commits): the next open replays no commit
+    file. Everything is committed already, so a failure here is a note, not an error."""
+    try:
+        delta.settle()
+    except CommitError as exc:
+        report.notes.append(f"the Delta checkpoint at the end of the run failed: {exc}")
 
 
 def _plan_and_run(

@@ -107,11 +107,11 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes, cfg.input)
     records, blank_lines = recs.table(), recs.blank_lines
     del recs  # the records are freed once decided: a chunk's text is held about twice at most
-    con = engine.connect(threads=1, track_progress=True)
+    con = engine.cursor(
+        threads=1, track_progress=True, setup=filters.install if cfg.filters.steps else None
+    )
     progress.start(ChunkProgress.READ, con)
     try:
-        if cfg.filters.steps:
-            filters.install(con)
         con.register("records", records)
         query = (
             f"WITH normalised AS ({engine.q('worker.normalise')}), {pipeline.sql} "

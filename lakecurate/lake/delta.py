@@ -3,6 +3,21 @@
 Each commit carries a Delta app transaction (``lakecurate``, seq) and commitInfo metadata. delta-rs
 does not reject a repeated or lower app-transaction version on sequential writes, so callers check
 ``watermark()`` first; the lake lock makes that check race-free.
+
+Flat commit cost (issue 14). With deltalake 1.6 both ``create_write_transaction`` and the
+``update_incremental`` a kept handle needs after it cost time in proportion to the table's
+active files (``without_files`` and ``skip_stats`` are ignored since 1.x): 3 + 3 ms per commit
+at 128 files, 26 + 26 ms at 16,500. So an ingest's group commit on a local table is written
+here (``_append_log``): the commit file (commitInfo, add actions, the app transaction) is
+written whole under a temp name and linked to its version's name, which fails if the version
+exists (put-if-absent, as delta-rs does on a local file system). Its cost depends on the
+group's files only; the version and watermark are then known without reading the log, and the
+kept handle is brought forward only when something reads the table (``table()``). delta-rs
+still makes every other commit (the first one, deletes, overwrites, restore, compaction,
+vacuum), and every commit on object storage. No post-commit hook writes a checkpoint; one is
+written every ``delta.checkpointInterval`` (100) commits of this store and at the end of an
+ingest that leaves ``SETTLE_COMMITS`` or more after the last one (``settle``), so opening the
+table replays at most that many commit files.
 """
 
 from __future__ import annotations
@@ -19,9 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+import deltalake
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+from deltalake.transaction import (
+    AddAction,
+    PostCommitHookProperties,
+    RemoveAction,
+    create_table_with_add_actions,
+)
 
 from lakecurate import faults
 from lakecurate.errors import CommitError, LakeError, disk_full, is_disk_full, one_line
@@ -54,6 +75,13 @@ def guard_writes(where: Location, check: Callable[[], None]) -> Iterator[None]:
 
 PARTITION_BY = ["kept"]  # schema.PARTITION_COLUMN (schema loads Arrow; this module must not)
 LOG_DIR = "_delta_log"
+CHECKPOINT_INTERVAL = 100  # Delta's default for delta.checkpointInterval
+SETTLE_COMMITS = 10
+"""``settle`` (the end of an ingest) checkpoints once this many versions follow the last
+checkpoint: replaying fewer small commit files costs less than writing every active file."""
+NO_HOOK = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+"""A hot-path commit writes no checkpoint and cleans no log (``DeltaStore._committed`` does,
+every ``delta.checkpointInterval`` commits)."""
 
 
 class FilesMissingError(LookupError):
@@ -155,10 +183,19 @@ class DeltaStore:
         self.loc = Location.of(where)
         self._dt: DeltaTable | None = None
         self._readability: tuple[tuple[int, int], Readability] | None = None
+        self._head: tuple[int, int] | None = None
+        """(version, watermark) after this store's own log appends; the kept handle is behind
+        them until ``table()`` brings it forward."""
+        self._fast: bool | None = None  # whether _append_log may write this table's commits
+        self._checkpointed: int | None = None  # the last checkpoint's version (-1: none)
 
     def _may_write(self) -> None:
         if check := _GUARDS.get(self.loc.uri):
             check()
+
+    def _reload(self) -> None:
+        """Forget the kept handle: the next ``table()`` opens the log as it is on disk."""
+        self._dt, self._head = None, None
 
     def table(self) -> DeltaTable | None:
         """The table at its latest version, or None before the first commit."""
@@ -167,14 +204,21 @@ class DeltaStore:
                 self._dt = open_table(self.loc)
             except TableNotFoundError:
                 return None
+        elif self._head is not None and self._head[0] != self._dt.version():
+            self._dt.update_incremental()  # behind this store's own appends
+        self._head = None
         return self._dt
 
     def version(self) -> int:
+        if self._head is not None:
+            return self._head[0]
         dt = self.table()
         return -1 if dt is None else dt.version()
 
     def watermark(self) -> int:
         """The highest commit seq recorded in the Delta log (0 when none)."""
+        if self._head is not None:
+            return self._head[1]
         dt = self.table()
         return 0 if dt is None else (dt.transaction_version(APP_ID) or 0)
 
@@ -214,14 +258,134 @@ class DeltaStore:
         ``since_ns``: when the first of the files was about to be written (a failed commit
         removes every untracked file written since)."""
         self._may_write()
-        dt = self.table()
+        head = self._head
+        if head is None:  # the first commit of this store: open the table (once)
+            dt = self.table()
+            if dt is not None and self._can_append_log(dt):
+                head = (dt.version(), dt.transaction_version(APP_ID) or 0)
         try:
-            self._commit_files(dt, files, seq, metadata)
+            if head is not None:
+                self._append_log(head[0] + 1, files, seq, metadata)
+                self._head = (head[0] + 1, seq)
+            else:
+                dt = self.table()
+                self._commit_files(dt, files, seq, metadata)
+                if dt is None:
+                    self._reload()  # the first commit created the table; open it next time
         except (DeltaError, OSError) as exc:
             raise self._failed(exc, seq, since_ns) from exc
-        if dt is None:
-            self._dt = None  # the first commit created the table; open it next time
-        return self.version()
+        version = self.version()
+        self._committed(version)
+        return version
+
+    def _can_append_log(self, dt: DeltaTable) -> bool:
+        """Whether ``_append_log`` may write this table's appends: a local table whose
+        protocol asks a writer for nothing beyond adding files (writer version 2 at most, no
+        writer features, no column mapping or row tracking to maintain)."""
+        if self._fast is None:
+            protocol = dt.protocol()
+            self._fast = (
+                self.loc.is_local
+                and protocol.min_writer_version <= 2
+                and not protocol.writer_features
+                and protocol.min_reader_version <= 1
+                and not any("delta.invariants" in (f.metadata or {}) for f in dt.schema().fields)
+            )
+        return self._fast
+
+    def _append_log(
+        self, version: int, files: Sequence[DataFile], seq: int, metadata: dict[str, str]
+    ) -> None:
+        """Commit ``files`` as ``version`` by writing its commit file: the actions delta-rs
+        writes for ``create_write_transaction`` (commitInfo with the write metrics ``history``
+        reads, one add per file, the app transaction), written whole under a temp name, then
+        linked to ``_delta_log/<version>.json``, which fails (``FileExistsError``) if that
+        version exists: only the lake lock's holder commits, so another writer broke in."""
+        from lakecurate import __version__
+
+        now_ms = time.time_ns() // 1_000_000
+        (partition,) = PARTITION_BY
+        info: dict[str, Any] = {
+            "timestamp": now_ms,
+            "operation": "WRITE",
+            "operationParameters": {"partitionBy": json.dumps([partition]), "mode": "Append"},
+            "engineInfo": f"lakecurate-{__version__} (delta-rs:py-{deltalake.__version__})",
+            **(self._props(seq, metadata).custom_metadata or {}),
+            "operationMetrics": _write_metrics(files),
+            "clientVersion": f"lakecurate-{__version__}",
+        }
+        lines = [json.dumps({"commitInfo": info}, separators=(",", ":"))]
+        for f in files:
+            add = {
+                "path": f.path,
+                "partitionValues": f.partition_values,
+                "size": f.size,
+                "modificationTime": f.modification_time,
+                "dataChange": True,
+                "stats": f.stats,
+            }
+            lines.append(json.dumps({"add": add}, separators=(",", ":")))
+        lines.append(json.dumps({"txn": {"appId": APP_ID, "version": seq}}, separators=(",", ":")))
+        log = self.loc.local / LOG_DIR
+        name = f"{version:020d}.json"
+        tmp = log / f".{name}{atomic.TEMP_MARK}{os.getpid()}_{time.time_ns()}"
+        try:
+            with open(tmp, "wb") as out:
+                out.write(("\n".join(lines) + "\n").encode("utf-8"))
+                out.flush()
+                os.fsync(out.fileno())
+            faults.hit("delta_log_append", name)  # tests: a kill before the version exists
+            try:
+                os.link(tmp, log / name)
+            except FileExistsError:  # commit_files turns it into a CommitError, cleaned up
+                raise FileExistsError(
+                    f"Delta version {version} exists already: another process wrote to the "
+                    "table though the lake is locked"
+                ) from None
+            atomic.fsync_path(log)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _committed(self, version: int) -> None:
+        """After a commit of the hot path: every ``delta.checkpointInterval`` versions, write
+        a checkpoint and clean up expired log files, as delta-rs's post-commit hook did."""
+        interval = CHECKPOINT_INTERVAL
+        if self._dt is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                config = self._dt.metadata().configuration or {}
+                interval = int(config.get("delta.checkpointInterval", interval))
+        self.settle(max(1, interval), version)
+
+    def _last_checkpoint(self) -> int:
+        """The version of the last checkpoint (``_last_checkpoint``, a hint file; -1: none or
+        unreadable), read once, then kept as this store writes checkpoints."""
+        if self._checkpointed is None:
+            try:
+                hint = (self.loc / LOG_DIR / "_last_checkpoint").read_bytes()
+                self._checkpointed = int(json.loads(hint)["version"])
+            except (OSError, ValueError, KeyError, TypeError):
+                self._checkpointed = -1
+        return self._checkpointed
+
+    def settle(self, at_least: int = SETTLE_COMMITS, version: int | None = None) -> int | None:
+        """Checkpoint the latest version when ``at_least`` commits were made since the last
+        checkpoint, and clean up the log files past ``delta.logRetentionDuration`` when the
+        table allows it (``delta.enableExpiredLogCleanup``); returns the version checkpointed,
+        if any (none from a store that has not committed). The end of an ingest calls it; a
+        failure only makes the next open slower."""
+        if self._checkpointed is None and version is None:
+            return None  # this store has not committed: nothing changed since the last run
+        latest = self.version() if version is None else version
+        if latest < 0 or latest - self._last_checkpoint() < max(1, at_least):
+            return None
+        checkpointed = self.checkpoint()
+        dt = self.table()
+        assert dt is not None
+        config = dt.metadata().configuration or {}
+        if config.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
+            with contextlib.suppress(DeltaError, OSError):
+                dt.cleanup_metadata()
+        return checkpointed
 
     def append(self, rows: pa.Table, seq: int, metadata: dict[str, str], key: str = "") -> int:
         """One chunk's rows as one commit of their own; returns the new version."""
@@ -259,13 +423,11 @@ class DeltaStore:
         metrics delta-rs records for its own writes are recorded too (``history`` reads them)."""
         from lakecurate.schema import DOCUMENT_SCHEMA
 
-        metrics = {
-            "num_added_files": len(files),
-            "num_removed_files": 0,
-            "num_added_rows": sum(f.rows for f in files),
-        }
         props = self._props(seq, metadata)
-        props.custom_metadata = {**(props.custom_metadata or {}), "operationMetrics": metrics}
+        props.custom_metadata = {
+            **(props.custom_metadata or {}),
+            "operationMetrics": _write_metrics(files),
+        }
 
         adds = [
             AddAction(f.path, f.size, f.partition_values, f.modification_time, True, f.stats)
@@ -282,6 +444,7 @@ class DeltaStore:
                 partition_by=PARTITION_BY,
                 storage_options=self.loc.delta_options(),
                 commit_properties=props,
+                post_commithook_properties=NO_HOOK,
             )
             return
         dt.create_write_transaction(
@@ -290,13 +453,14 @@ class DeltaStore:
             DOCUMENT_SCHEMA,
             partition_by=PARTITION_BY,
             commit_properties=props,
+            post_commithook_properties=NO_HOOK,
         )
         dt.update_incremental()
 
     def _failed(self, exc: BaseException, seq: int, since_ns: int) -> Exception:
         """The error to raise for a write of commit ``seq`` that failed; when the log does not
         have the commit, the data files written for it since ``since_ns`` are removed now."""
-        self._dt = None  # re-read the log: did the commit land before the error?
+        self._reload()  # re-read the log: did the commit land before the error?
         if self.watermark() < seq:
             with contextlib.suppress(OSError, DeltaError):
                 self.remove_unreferenced(since_ns)
@@ -405,7 +569,7 @@ class DeltaStore:
         """Data files no version in the log names (what a killed or failed write leaves):
         a full vacuum's candidates minus the tombstones an ordinary one would take (files
         older versions still need for time travel are tombstones, never untracked)."""
-        self._dt = None  # the log as it is on disk now
+        self._reload()  # the log as it is on disk now
         dt = self.table()
         if dt is None:
             return self.data_files()
@@ -544,7 +708,7 @@ class DeltaStore:
                 atomic.write_bytes(dest, path.read_bytes())
                 path.delete()
                 done.append(f"moved {path} to {dest}")
-        self._dt = None
+        self._reload()
         return done
 
     def live_files(self) -> list[dict[str, Any]]:
@@ -708,7 +872,7 @@ class DeltaStore:
                 f"compaction failed: {one_line(exc)}; nothing changed, re-run it"
             ) from exc
         finally:
-            self._dt = None
+            self._reload()
 
     def retention_hours(self) -> float:
         """The table's deleted-file retention (``delta.deletedFileRetentionDuration``, Delta's
@@ -748,7 +912,7 @@ class DeltaStore:
         except (DeltaError, OSError) as exc:
             raise CommitError(f"vacuum failed: {one_line(exc)}; re-run it") from exc
         finally:
-            self._dt = None
+            self._reload()
 
     def checkpoint(self) -> int:
         """Write a checkpoint of the latest version (opening any later version then replays
@@ -762,6 +926,7 @@ class DeltaStore:
             dt.create_checkpoint()
         except (DeltaError, OSError) as exc:
             raise CommitError(f"checkpoint failed: {one_line(exc)}; re-run it") from exc
+        self._checkpointed = dt.version()
         return dt.version()
 
     def readability(self) -> Readability:
@@ -861,6 +1026,15 @@ class DeltaStore:
             f"version {version} can no longer be read ({why}): "
             f"{_describe(earliest, latest, stamps)}"
         )
+
+
+def _write_metrics(files: Sequence[DataFile]) -> dict[str, int]:
+    """The write metrics delta-rs records for its own writes (``history`` reads them)."""
+    return {
+        "num_added_files": len(files),
+        "num_removed_files": 0,
+        "num_added_rows": sum(f.rows for f in files),
+    }
 
 
 def _action(commit: str, line: str) -> dict[str, Any]:

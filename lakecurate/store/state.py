@@ -327,9 +327,7 @@ class StateStore:
         with self.transaction():
             if seq is None:
                 seq = int(self._one("state.next_seq"))
-            elif seq != int(self._one("state.next_seq")):
-                raise RuntimeError(f"commit seq {seq} was taken meanwhile")
-            self._x(
+            inserted = self._x(
                 "state.insert_commit",
                 {
                     "seq": seq,
@@ -339,7 +337,9 @@ class StateStore:
                     "intent_ns": time.time_ns(),
                     "version_before": version_before,
                 },
-            )
+            ).fetchall()
+            if not inserted:
+                raise RuntimeError(f"commit seq {seq} was taken meanwhile")
             if kind == "APPEND":
                 self._event(keys, Status.COMMITTING, f"commit seq {seq}", run_id)
                 self._x("state.mark_committing", {"seq": seq, "keys": list(keys)})
@@ -456,30 +456,22 @@ class StateStore:
             self._x("state.clear_filter_stats", {"keys": keys})
             self._event(keys, Status.SUCCESS, f"delta version {version}", run_id)
             self.unqueue_redecide(keys)
-            for done in chunks:
-                result = done.result
-                key = result.chunk_key
-                self.add_funnel(key, done.funnel)
+            for key in keys:
                 faults.hit("during_state_update", key)
-                self._x(
-                    "state.succeed_chunk",
-                    {
-                        "key": key,
-                        "version": version,
-                        "seq": done.seq,
-                        "rows_in": result.rows_in,
-                        "rows_kept": done.rows_kept,
-                        "rows_dropped": result.rows_in - done.rows_kept - result.rows_malformed,
-                        "rows_malformed": result.rows_malformed,
-                        "worker": result.worker or None,
-                        "gate_violations": "; ".join(result.gate_violations) or None,
-                        "redactions": json.dumps(result.redactions) if result.redactions else None,
-                    },
-                )
-                self._x(
-                    "state.finish_commit",
-                    {"seq": done.seq, "version": version, "added": result.rows_in, "removed": 0},
-                )
+            self._insert_funnels([(done.result.chunk_key, done.funnel) for done in chunks])
+            # The chunks' rows and their commits' intents, one statement each for the group
+            # (a statement per chunk cost more than its work on small chunks).
+            import pyarrow as pa
+
+            finished = pa.Table.from_pylist(
+                [_finished_row(done) for done in chunks], schema=_finished_schema()
+            )
+            self.con.register("finished_chunks", finished)
+            try:
+                self._x("state.succeed_chunks", {"version": version})
+                self._x("state.finish_chunk_commits", {"version": version})
+            finally:
+                self.con.unregister("finished_chunks")
 
     def finish_commit(self, seq: int, version: int) -> None:
         """Mark a commit intent DONE (for commits that change no chunk row themselves)."""
@@ -487,19 +479,24 @@ class StateStore:
 
     def add_funnel(self, key: str, funnel: Sequence[Sequence[Any]]) -> None:
         """Insert a chunk's funnel rows in one statement (inside the caller's transaction)."""
+        self._insert_funnels([(key, funnel)])
+
+    def _insert_funnels(self, funnels: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
+        """Insert the funnel rows of several chunks in one statement."""
         import pyarrow as pa
 
-        if not funnel:
+        rows = [(key, f, no) for key, funnel in funnels for no, f in enumerate(funnel)]
+        if not rows:
             return
         self.con.register(
             "funnel_rows",
             pa.table(
                 {
-                    "chunk_key": [key] * len(funnel),
-                    "step": [str(f[0]) for f in funnel],
-                    "step_no": list(range(len(funnel))),
-                    "docs_in": [int(f[1]) for f in funnel],
-                    "docs_dropped": [int(f[2]) for f in funnel],
+                    "chunk_key": [key for key, _, _ in rows],
+                    "step": [str(f[0]) for _, f, _ in rows],
+                    "step_no": [no for _, _, no in rows],
+                    "docs_in": [int(f[1]) for _, f, _ in rows],
+                    "docs_dropped": [int(f[2]) for _, f, _ in rows],
                 }
             ),
         )
@@ -536,6 +533,41 @@ class StateStore:
                     keys, Status.SUPERSEDED, "input changed before it was committed", run_id
                 )
                 self._x("state.supersede_chunks", {"keys": list(keys)})
+
+
+def _finished_row(done: FinishedChunk) -> dict[str, Any]:
+    """One row of ``finished_chunks`` (``state.succeed_chunks``): what the state records of a
+    chunk a Delta commit carried."""
+    result = done.result
+    return {
+        "chunk_key": result.chunk_key,
+        "seq": done.seq,
+        "rows_in": result.rows_in,
+        "rows_kept": done.rows_kept,
+        "rows_dropped": result.rows_in - done.rows_kept - result.rows_malformed,
+        "rows_malformed": result.rows_malformed,
+        "worker": result.worker or None,
+        "gate_violations": "; ".join(result.gate_violations) or None,
+        "redactions": json.dumps(result.redactions) if result.redactions else None,
+    }
+
+
+def _finished_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("chunk_key", pa.string()),
+            ("seq", pa.int64()),
+            ("rows_in", pa.int64()),
+            ("rows_kept", pa.int64()),
+            ("rows_dropped", pa.int64()),
+            ("rows_malformed", pa.int64()),
+            ("worker", pa.string()),
+            ("gate_violations", pa.string()),
+            ("redactions", pa.string()),
+        ]
+    )
 
 
 def _spec(row: Sequence[Any]) -> ChunkSpec:

@@ -97,8 +97,12 @@ RETURNING chunk_key;
 SELECT coalesce(max(seq), 0) + 1 FROM commits;
 
 -- name: insert_commit
+-- Only as the next seq (the check and the insert in one statement): a seq taken meanwhile
+-- inserts nothing, and the caller raises.
 INSERT INTO commits (seq, kind, chunk_keys, status, run_id, intent_ns, table_version_before)
-VALUES ($seq, $kind, $keys, 'INTENT', $run_id, $intent_ns, $version_before);
+SELECT $seq, $kind, $keys, 'INTENT', $run_id, $intent_ns, $version_before
+WHERE $seq = (SELECT coalesce(max(seq), 0) + 1 FROM commits)
+RETURNING seq;
 
 -- name: mark_committing
 UPDATE chunks SET status = 'COMMITTING', commit_seq = $seq
@@ -121,14 +125,23 @@ UPDATE commits SET status = 'DONE', delta_version = $version, rows_added = $adde
     rows_removed = $removed, finished_at = now()
 WHERE seq = $seq;
 
--- name: succeed_chunk
-UPDATE chunks SET status = 'SUCCESS', delta_version = $version, commit_seq = $seq,
+-- name: succeed_chunks
+-- The chunks one Delta commit carried (a registered table, one row per chunk) become SUCCESS.
+UPDATE chunks SET status = 'SUCCESS', delta_version = $version, commit_seq = f.seq,
     finished_at = now(),
-    rows_in = $rows_in, rows_kept = $rows_kept, rows_dropped = $rows_dropped,
-    rows_malformed = $rows_malformed, worker = coalesce($worker, worker),
-    gate_violations = $gate_violations, redactions = $redactions,
+    rows_in = f.rows_in, rows_kept = f.rows_kept, rows_dropped = f.rows_dropped,
+    rows_malformed = f.rows_malformed, worker = coalesce(f.worker, chunks.worker),
+    gate_violations = f.gate_violations, redactions = f.redactions,
     last_error = NULL, traceback = NULL
-WHERE chunk_key = $key;
+FROM finished_chunks f
+WHERE chunks.chunk_key = f.chunk_key;
+
+-- name: finish_chunk_commits
+-- Their intents are DONE at that version.
+UPDATE commits SET status = 'DONE', delta_version = $version, rows_added = f.rows_in,
+    rows_removed = 0, finished_at = now()
+FROM finished_chunks f
+WHERE commits.seq = f.seq;
 
 -- name: clear_filter_stats
 DELETE FROM filter_stats WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from deltalake import DeltaTable
 
+from lakecurate.errors import CommitError
 from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.files import STATS_CHARS, statistics, write_data_files
 from lakecurate.lake.storage import Location
@@ -98,3 +100,58 @@ def test_an_empty_append_still_records_its_seq(tmp_path: Path) -> None:
     store.append(DOCUMENT_SCHEMA.empty_table(), 2, {})
     assert store.watermark() == 2
     assert DeltaStore(tmp_path / "documents").watermark() == 2
+
+
+def test_appends_written_to_the_log_read_as_delta_rs_commits(tmp_path: Path) -> None:
+    """After the first commit (delta-rs creates the table) appends are commit files this
+    store writes (``_append_log``): delta-rs reads them as its own, history included, and the
+    store's version, watermark and kept handle agree with a fresh open."""
+    store = DeltaStore(tmp_path / "documents")
+    for seq in range(1, 5):
+        store.append(docs(4, 10 * seq, f"chunk_{seq}"), seq, {"lakecurate.chunk_key": str(seq)})
+    assert (store.version(), store.watermark()) == (3, 4)
+    fresh = DeltaTable(str(tmp_path / "documents"))
+    assert (fresh.version(), fresh.transaction_version("lakecurate")) == (3, 4)
+    assert pa.table(fresh.to_pyarrow_dataset().to_table()).num_rows == 16
+    last = fresh.history(1)[0]
+    assert last["operation"] == "WRITE" and last["lakecurate.seq"] == "4"
+    assert last["operationMetrics"]["num_added_rows"] == 4
+    assert store.rows_of_chunks(["chunk_4"]).num_rows == 4  # the kept handle caught up
+    log = tmp_path / "documents" / "_delta_log"
+    assert not [p for p in log.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_a_version_another_writer_took_fails_the_append_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    store = DeltaStore(tmp_path / "documents")
+    store.append(docs(3), 1, {})
+    store.append(docs(3, 10, "chunk_b"), 2, {})
+    (tmp_path / "documents" / "_delta_log" / f"{2:020d}.json").write_text(
+        (tmp_path / "documents" / "_delta_log" / f"{1:020d}.json").read_text()
+    )
+    with pytest.raises(CommitError, match="version 2 exists already"):
+        store.append(docs(3, 20, "chunk_c"), 3, {})
+    assert DeltaStore(tmp_path / "documents").watermark() == 2
+    assert DeltaStore(tmp_path / "documents").untracked_files() == []  # chunk_c's files gone
+
+
+def test_a_checkpoint_every_interval_and_at_settle(tmp_path: Path) -> None:
+    """No post-commit hook writes checkpoints: the store writes one every
+    ``delta.checkpointInterval`` versions, and ``settle`` (the end of an ingest) when enough
+    versions follow the last one."""
+    where = tmp_path / "documents"
+    store = DeltaStore(where)
+    store.append(docs(2), 1, {})
+    DeltaTable(str(where)).alter.set_table_properties({"delta.checkpointInterval": "4"})
+    store = DeltaStore(where)  # version 1 is the property change
+    for seq in range(2, 8):
+        store.append(docs(2, 10 * seq, f"chunk_{seq}"), seq, {})
+    checkpoints = sorted(p.name for p in (where / "_delta_log").glob("*.checkpoint.parquet"))
+    assert checkpoints == [f"{v:020d}.checkpoint.parquet" for v in (3, 7)]  # 4 versions each
+    store.append(docs(2, 100, "chunk_8"), 8, {})
+    store.append(docs(2, 110, "chunk_9"), 9, {})
+    assert store.settle(at_least=3) is None  # versions 8 and 9 follow it: fewer than 3
+    assert store.settle(at_least=2) == 9
+    assert DeltaStore(where).settle(at_least=1) is None  # nothing since
+    assert DeltaTable(str(where)).version() == 9
