@@ -89,9 +89,14 @@ def connect(
                 "wait for it to finish, then try again"
             ) from exc
         raise LakeError(f"cannot open {path}: {exc}") from exc
-    # DuckDB draws its own bar on stdout for a query that runs a few seconds: from a worker or
-    # the driver it would overwrite lakecurate's progress display (on by default; a
-    # per-connection setting, so set on every connection here).
+    _settings(con, threads, track_progress)
+    return con
+
+
+def _settings(con: duckdb.DuckDBPyConnection, threads: int | None, track_progress: bool) -> None:
+    """Per-connection settings. DuckDB draws its own bar on stdout for a query that runs a few
+    seconds: from a worker or the driver it would overwrite lakecurate's progress display (on
+    by default; a per-connection setting, so set on every connection and cursor)."""
     if track_progress:
         con.execute(
             "SET enable_progress_bar = true; SET enable_progress_bar_print = false; "
@@ -101,7 +106,6 @@ def connect(
         con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    return con
 
 
 _PROCESS_DB: dict[int, tuple[duckdb.DuckDBPyConnection, set[Callable[..., None]]]] = {}
@@ -126,15 +130,7 @@ def cursor(
         _PROCESS_DB[pid] = (connect(threads=threads), set())
     db, done = _PROCESS_DB[pid]
     con = db.cursor()
-    if track_progress:
-        con.execute(
-            "SET enable_progress_bar = true; SET enable_progress_bar_print = false; "
-            "SET progress_bar_time = 0"
-        )
-    else:
-        con.execute("SET enable_progress_bar = false")
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
+    _settings(con, threads, track_progress)
     if setup is not None and setup not in done:
         setup(con)
         done.add(setup)
