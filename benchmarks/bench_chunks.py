@@ -21,14 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from common import loadavg, rss_mib, save
+from common import loadavg, rss_mib, save, tenths
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_chunks.json"
 DOC_BYTES = 2000
@@ -90,8 +89,7 @@ def run(chunks: int, workers: int, work: Path) -> dict[str, Any]:
     )
     assert report.ok, report.dead
     times = [c[0] for c in commits]
-    tenth = max(1, len(times) // 10)
-    first, last = statistics.median(times[:tenth]), statistics.median(times[-tenth:])
+    first, last = tenths(times)
     at_1000 = next((c[1] for c in commits if c[2] >= 1000), None)
     return {
         "lakecurate": str(Path(lakecurate.__file__).parent.parent),

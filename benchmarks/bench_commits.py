@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import rss_mib
+from common import each_in_own_process, rss_mib, tenths
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_commits.json"
 
@@ -61,8 +59,7 @@ def grow(path_name: str, commits: int, n_rows: int, table: Path) -> dict[str, An
             if dt is None:
                 dt = DeltaTable(str(table))
         times.append(time.perf_counter() - started)
-    tenth = max(1, commits // 10)
-    first, last = statistics.median(times[:tenth]), statistics.median(times[-tenth:])
+    first, last = tenths(times)
     return {
         "path": path_name,
         "commits": commits,
@@ -89,22 +86,13 @@ def main() -> None:
         print(json.dumps(grow(args.one, args.commits, args.rows, args.table)))
         return
     load_before = os.getloadavg()
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("write_deltalake", "DeltaStore.append"):
-            out = subprocess.run(
-                [
-                    *(sys.executable, __file__, "--one", name, "--commits", str(args.commits)),
-                    *("--rows", str(args.rows), "--table", str(Path(tmp) / name)),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=Path(__file__).resolve().parents[1],
-            )
-            row = json.loads(out.stdout.strip().splitlines()[-1])
-            results.append(row)
-            print(json.dumps(row), flush=True)
+        results = each_in_own_process(
+            __file__,
+            ("write_deltalake", "DeltaStore.append"),
+            ["--commits", str(args.commits), "--rows", str(args.rows)],
+            Path(tmp),
+        )
     report = {
         "benchmark": "bench_commits",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

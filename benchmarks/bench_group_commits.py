@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from common import loadavg, rss_mib, save
+from common import each_in_own_process, loadavg, rss_mib, save, tenths
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_group_commits.json"
 STATS = json.dumps({"numRecords": 2, "minValues": {"id": "a"}, "maxValues": {"id": "z"}})
@@ -58,8 +55,7 @@ def grow(path_name: str, commits: int, files: int, table: Path) -> dict[str, Any
         started = time.perf_counter()
         store.commit_files(group, seq, {"lakecurate.seq": str(seq)}, time.time_ns())
         times.append(time.perf_counter() - started)
-    tenth = max(1, commits // 10)
-    first, last = statistics.median(times[:tenth]), statistics.median(times[-tenth:])
+    first, last = tenths(times)
     return {
         "path": path_name,
         "commits": commits,
@@ -85,19 +81,13 @@ def main() -> None:
         print(json.dumps(grow(args.one, args.commits, args.files, args.table)))
         return
     load_before = loadavg()
-    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("delta-rs", "log append"):
-            out = subprocess.run(
-                [
-                    *(sys.executable, __file__, "--one", name, "--commits", str(args.commits)),
-                    *("--files", str(args.files), "--table", str(Path(tmp) / name)),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        results = each_in_own_process(
+            __file__,
+            ("delta-rs", "log append"),
+            ["--commits", str(args.commits), "--files", str(args.files)],
+            Path(tmp),
+        )
     save(
         {
             "benchmark": "bench_group_commits",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,32 @@ def save(result: dict[str, Any], out: Path) -> None:
     print(json.dumps(result, indent=2))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def tenths(times: list[float]) -> tuple[float, float]:
+    """The median of the first and of the last tenth of ``times`` (seconds): does a cost per
+    commit stay flat as the table grows?"""
+    tenth = max(1, len(times) // 10)
+    return statistics.median(times[:tenth]), statistics.median(times[-tenth:])
+
+
+def each_in_own_process(
+    script: str, names: tuple[str, ...], args: list[str], tmp: Path
+) -> list[Any]:
+    """Run ``script --one NAME ARGS --table TMP/NAME`` for each name in a fresh process (so one
+    path's memory and caches do not weigh on the next) and return the JSON line each prints."""
+    results = []
+    for name in names:
+        out = subprocess.run(
+            [sys.executable, script, "--one", name, *args, "--table", str(tmp / name)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), flush=True)
+    return results
 
 
 def table_fingerprint(lake: Path | str) -> tuple[object, ...]:
