@@ -6,7 +6,8 @@ one built by an uninterrupted run.
 What it does:
 
 1. Generates a corpus with ``examples/generate_corpus.py`` (``--scale``, ``--seed``) and writes a
-   pipeline config with small chunks (``--chunk-size``), so that a run has many commits and a
+   pipeline config (exact and near dedup on, so the band and signature files are part of what
+   a kill can tear) with small chunks (``--chunk-size``), so that a run has many commits and a
    kill can land in every phase: start-up, planning, workers, the staged write, the commit
    intent, the Delta write, the state update, the snapshot, the end of the run.
 2. A clean run (one uninterrupted ``ingest``) gives the reference: ``lake_rows`` (every row's
@@ -72,6 +73,9 @@ retry_backoff = 0.05
 
 [dedup]
 exact = true
+
+[near_dedup]
+enabled = true
 """
 
 

@@ -182,7 +182,7 @@ class Committer:
         the open group; returns the order a worker turns into its data files
         (``files_written`` hands them back, ``commit_group`` commits them). Chunks are staged
         in commit order."""
-        keys = read_keys(result.staged_path)
+        keys, bands_file = read_keys(result.staged_path)
         intent_ns = time.time_ns()
         # The seq comes first: near dedup orders documents by it. The intent and the index
         # rows written ahead are then one state transaction.
@@ -191,7 +191,9 @@ class Committer:
         # candidates (a staged file of the layout before holds them as a column).
         in_file = BANDS_COLUMN in keys.column_names and SIGNATURE_COLUMN not in keys.column_names
         sets_file = sets.beside(result.staged_path) if in_file else None
-        rows, decided, ahead = self._decide(spec, result, keys, seq, intent_ns, sets_file)
+        rows, decided, ahead = self._decide(
+            spec, result, keys, seq, intent_ns, sets_file, bands_file
+        )
         self.state.begin_commit(
             "APPEND", [result.chunk_key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
         )
@@ -269,19 +271,20 @@ class Committer:
         seq: int,
         intent_ns: int,
         sets_file: Location | None = None,
+        bands_file: Location | None = None,
     ) -> tuple[pa.Table, Decided, Callable[[], None]]:
         """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
-        columns; ``sets_file``: the worker's file of its near-dedup sets, when they are not a
-        column), its record, and what writes its index rows and bands ahead of its Delta
-        commit (inside the caller's state transaction: the next chunk is decided against
-        them)."""
+        columns; ``sets_file``, ``bands_file``: the worker's files of its near-dedup sets and
+        bands, when there are), its record, and what writes its index rows and bands ahead of
+        its Delta commit (inside the caller's state transaction: the next chunk is decided
+        against them)."""
         key = result.chunk_key
         rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
         near_writer = None
         if self.near is not None and BANDS_COLUMN in rows.column_names:
             kept_before = int(pc.sum(rows["kept"]).as_py() or 0)
-            rows, near_dups, near_writer = self.near.apply(rows, seq, sets_file)
+            rows, near_dups, near_writer = self.near.apply(rows, seq, sets_file, bands_file)
             funnel.append(("near_dup", kept_before, near_dups))
         else:
             rows = rows.drop_columns(

@@ -33,10 +33,16 @@ class NearDedup:
         self.cfg = index.cfg
 
     def apply(
-        self, rows: pa.Table, seq: int, sets_file: Location | None = None
+        self,
+        rows: pa.Table,
+        seq: int,
+        sets_file: Location | None = None,
+        bands_file: Location | None = None,
     ) -> tuple[pa.Table, int, Callable[[], None]]:
         """Decide a chunk (rows sorted by source_line, with the band column, and the signature
-        column unless ``sets_file``, the worker's sets file of the chunk, holds the sets).
+        column unless ``sets_file``, the worker's sets file of the chunk, holds the sets;
+        ``bands_file``: the worker's bands file the band column was read from, which becomes
+        the commit's band file).
 
         Returns the rows (near-dedup columns dropped), the number of near duplicates, and the
         index writer to call inside the state transaction.
@@ -49,6 +55,7 @@ class NearDedup:
                 raise LakeError(
                     f"the sets file {sets_file} does not match its staged chunk's documents"
                 )
+        bands = None if bands_file is None else ChunkSets.of_file(seq, bands_file)
         matched = self.index.match_chunk(table, sets)
         n = rows.num_rows
         cluster = np.full(n, -1, dtype=np.int64)
@@ -107,4 +114,4 @@ class NearDedup:
             "cluster_id",
             pa.array(cluster, mask=~has_cluster),
         )
-        return out, dups, lambda: self.index.add_chunk(table, matched, sets)
+        return out, dups, lambda: self.index.add_chunk(table, matched, sets, bands)

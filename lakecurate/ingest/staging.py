@@ -7,10 +7,11 @@ where every node reaches them), written whole or not at all, so a reader never s
 file.
 
 With near-dedup verification on, the sets verification compares (a third of the text's size with
-shingle sets) are not in the staged file but in its *sets file* beside it (``lake.sets``),
-written first and named in the staged file's footer by its sha256, so the pair is sealed as
-one. The driver reads only a staged file's key columns (``read_keys``: ids, hashes, verdicts and
-the band hashes, never the text or the sets) and answers with a *patch*: the rows whose verdict
+shingle sets) are not in the staged file but in its *sets file* beside it (``lake.sets``), and
+with near dedup on the band hashes are in its *bands file*: both written first and named in
+the staged file's footer by their sha256, so the files are sealed as one. The driver reads only
+a staged file's key columns and bands file (``read_keys``: ids, hashes, verdicts and the band
+hashes, never the text or the sets) and answers with a *patch*: the rows whose verdict
 its lake-wide decisions changed. A worker applies the patch to the whole file (``apply_patch``)
 and writes the table's data files, so document text never passes through the driver.
 """
@@ -38,6 +39,10 @@ from lakecurate.types import ChunkResult
 RESULT_KEY = b"lakecurate.result"
 SETS_KEY = b"lakecurate.sets_sha256"
 """The staged file's footer key naming its sets file by digest (absent: no sets file)."""
+BANDS_KEY = b"lakecurate.bands_sha256"
+"""The same for its bands file (absent: near dedup off, or a file of the layout before, whose
+band hashes are a column)."""
+BESIDE = {SETS_KEY: sets.SUFFIX, BANDS_KEY: sets.BANDS_SUFFIX}
 STAGED_GROUP_ROWS = 8192
 
 
@@ -94,27 +99,29 @@ def read_staged_result(path: Location) -> ChunkResult | None:
         result = ChunkResult(**data)
     except (OSError, ValueError, TypeError, KeyError):
         sealed, result = False, None
-    if not sealed or not _sets_intact(path, md.get(SETS_KEY)):
+    if not sealed or not all(_beside_intact(path, k, md.get(k)) for k in BESIDE):
         _discard(path)
         return None
     return result
 
 
-def _sets_intact(path: Location, digest: bytes | None) -> bool:
-    """Whether the sets file the staged file at ``path`` names (if any) is there, unchanged.
-    Read whole, but only for a chunk staged by an earlier run (``read_staged_result``)."""
+def _beside_intact(path: Location, key: bytes, digest: bytes | None) -> bool:
+    """Whether the sets or bands file (``key``) the staged file at ``path`` names (if any) is
+    there, unchanged. Read whole, but only for a chunk staged by an earlier run
+    (``read_staged_result``)."""
     if digest is None:
         return True
     try:
-        return sets.digest(sets.beside(path.uri)) == digest.decode()
+        return sets.digest(sets.beside(path.uri, BESIDE[key])) == digest.decode()
     except (OSError, ValueError):
         return False
 
 
 def delete_staged(staged_path: str) -> None:
-    """Remove a staged file and its sets file (the chunk is committed)."""
+    """Remove a staged file and the files beside it (the chunk is committed)."""
     Location(staged_path).delete()
-    sets.beside(staged_path).delete()
+    for suffix in BESIDE.values():
+        sets.beside(staged_path, suffix).delete()
 
 
 ROW = "staged_row"
@@ -131,15 +138,34 @@ def read_staged(path: str, columns: list[str] | None = None) -> pa.Table:
     return rows.replace_schema_metadata(None)
 
 
-def read_keys(path: str) -> pa.Table:
+def read_keys(path: str) -> tuple[pa.Table, Location | None]:
     """The columns the driver decides a staged chunk on (the band hashes too, and the sets
     when a file of the layout before holds them), plus each row's position; the text is never
-    read."""
+    read. The band hashes come from the bands file when there is one (returned too: it
+    becomes the commit's band file), put in as the column a staged file used to hold."""
     loc = Location(path)
-    present = set(pq.read_schema(loc.fs_path, filesystem=loc.fs).names)
-    names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in present]
+    schema = pq.read_schema(loc.fs_path, filesystem=loc.fs)
+    names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in schema.names]
     keys = read_staged(path, names)
-    return keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    keys = keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+    if BANDS_KEY not in (schema.metadata or {}):
+        return keys, None
+    bands = sets.beside(path, sets.BANDS_SUFFIX)
+    return keys.append_column(BANDS_COLUMN, _bands_by_row(keys, sets.SetsFile(bands))), bands
+
+
+def _bands_by_row(keys: pa.Table, file: sets.SetsFile) -> pa.Array:
+    """The bands file's lists as a column of the staged rows (NULL: no tokens). The file is
+    keyed by rank in line order; the staged rows may be in another order."""
+    lines = np.asarray(keys["source_line"].to_numpy(), dtype=np.int64)
+    by_rank = np.argsort(lines, kind="stable")  # staged row of each rank
+    ranks = file.keys()
+    if len(ranks) and (ranks[-1] >= len(lines) or ranks[0] < 0):
+        raise ValueError(f"{file.path} names rows its staged chunk does not have")
+    where = np.full(len(lines), -1, dtype=np.int64)
+    where[by_rank[ranks]] = np.arange(len(ranks))
+    lists = file.take(np.arange(len(ranks), dtype=np.int64))
+    return lists.take(pa.array(where, mask=where < 0))
 
 
 def patch_of(keys: pa.Table, decided: pa.Table) -> bytes:

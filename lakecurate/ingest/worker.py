@@ -32,6 +32,7 @@ from lakecurate.config import Config
 from lakecurate.ingest.cutting import plan_file
 from lakecurate.ingest.reader import read_chunk
 from lakecurate.ingest.staging import (
+    BANDS_KEY,
     RESULT_KEY,
     SETS_KEY,
     apply_patch,
@@ -41,10 +42,11 @@ from lakecurate.ingest.staging import (
     write_atomic_parquet,
 )
 from lakecurate.lake.files import write_data_files
+from lakecurate.lake.sets import BANDS_SUFFIX
 from lakecurate.lake.sets import beside as sets_file
 from lakecurate.lake.sets import write as write_sets
 from lakecurate.lake.storage import Location
-from lakecurate.schema import DOCUMENT_SCHEMA, PARTITION_COLUMN
+from lakecurate.schema import BANDS_COLUMN, DOCUMENT_SCHEMA, PARTITION_COLUMN
 from lakecurate.steps.filters import pipeline as filters
 from lakecurate.steps.near.signatures import add_signatures, split_sets
 from lakecurate.types import (
@@ -175,11 +177,13 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     )
     result.seconds = time.perf_counter() - started
     meta = {RESULT_KEY: json.dumps(asdict(result)).encode()}
-    if cfg.near_dedup.enabled:
+    if cfg.near_dedup.enabled:  # written first: the staged file seals them by their digests
         decided, chunk_sets = split_sets(decided)
-        if cfg.near_dedup.verify:  # written first: the staged file seals it by its digest
+        if cfg.near_dedup.verify:
             meta[SETS_KEY] = write_sets(chunk_sets, sets_file(path.uri)).encode()
         del chunk_sets
+        decided, chunk_bands = split_sets(decided, BANDS_COLUMN)
+        meta[BANDS_KEY] = write_sets(chunk_bands, sets_file(path.uri, BANDS_SUFFIX)).encode()
     write_atomic_parquet(decided.replace_schema_metadata(meta), path)
     return result
 

@@ -1,4 +1,4 @@
-"""A chunk's near-dedup sets file: what verification compares, by row, apart from everything else.
+"""A chunk's near-dedup sets and bands files: lists by row, apart from everything else.
 
 With near-dedup verification on, a worker writes beside its staged Parquet file a *sets file*
 (``<chunk_key>.<config_hash>.sets.arrow``): an uncompressed Arrow IPC file with the columns
@@ -10,6 +10,11 @@ of the chunk's candidates only (``pread``), and, once the chunk joins the band i
 bytes become ``index/signatures/<seq>.arrow`` (:meth:`SetsFile.place`: a hard link on local
 disk, a copy otherwise), a document's key there being ``seq << 32 | row``. Written whole or
 not at all, like every file of a lake.
+
+With near dedup on, the worker writes the chunk's LSH band hashes the same way, whatever the
+verification: a *bands file* (``<chunk_key>.<config_hash>.bands.arrow``, columns ``row`` and
+``bands``) that the driver reads whole (it looks every band up) and that becomes
+``index/bands/<seq>.arrow``, the lake's band index, without the driver writing a byte of it.
 """
 
 from __future__ import annotations
@@ -28,27 +33,38 @@ from lakecurate.lake.storage import Location
 
 SUFFIX = ".sets.arrow"
 """The sets file of a staged file ``<name>.parquet`` is ``<name>.sets.arrow``."""
+BANDS_SUFFIX = ".bands.arrow"
+"""Its bands file is ``<name>.bands.arrow``."""
 
-SCHEMA = pa.schema(
-    [
-        pa.field("row", pa.int64(), nullable=False),
-        pa.field("signature", pa.list_(pa.uint32())),
-    ]
-)
+VALUES = {"signature": pa.uint32(), "bands": pa.uint64()}
+"""The list columns a file of this kind holds: sets (or signatures), or band hashes."""
 KEYS = ("row", "doc_seq")
 _BLOCK = 1 << 20
 
 
-def beside(staged: str) -> Location:
-    """The sets file that goes with the staged file at ``staged`` (a ``Location`` URI)."""
+def schema(column: str = "signature") -> pa.Schema:
+    """A file's schema: the ``row`` key and one list column of :data:`VALUES`."""
+    return pa.schema(
+        [pa.field("row", pa.int64(), nullable=False), pa.field(column, pa.list_(VALUES[column]))]
+    )
+
+
+SCHEMA = schema()
+
+
+def beside(staged: str, suffix: str = SUFFIX) -> Location:
+    """The sets file (or with ``BANDS_SUFFIX`` the bands file) that goes with the staged file
+    at ``staged`` (a ``Location`` URI)."""
     loc = Location(staged)
-    return Location(loc.uri.removesuffix(".parquet") + SUFFIX)
+    return Location(loc.uri.removesuffix(".parquet") + suffix)
 
 
 def write(table: pa.Table, path: Location) -> str:
-    """Write ``table`` (:data:`SCHEMA`, rows ascending) at ``path``, whole or not at all;
-    returns the sha256 of the file, for the staged file to seal it with its own."""
-    table = table.select(SCHEMA.names).cast(SCHEMA)
+    """Write ``table`` (a :func:`schema`: ``row`` ascending, then the list column) at ``path``,
+    whole or not at all; returns the sha256 of the file, for the staged file to seal it with
+    its own."""
+    wanted = schema(table.schema.names[1])
+    table = table.select(wanted.names).cast(wanted)
     if not path.is_local:
         sink = pa.BufferOutputStream()
         _write_ipc(table, sink)
@@ -63,7 +79,7 @@ def write(table: pa.Table, path: Location) -> str:
 
 
 def _write_ipc(table: pa.Table, sink: pa.NativeFile) -> None:
-    with pa.ipc.new_file(sink, SCHEMA) as writer:
+    with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
 
 
@@ -98,8 +114,9 @@ class SetsFile:
             self._data = pa.py_buffer(path.read_bytes())
             self.table = pa.ipc.open_file(pa.BufferReader(self._data)).read_all()
         names = self.table.schema.names
-        if len(names) != 2 or names[0] not in KEYS or names[1] != "signature":
-            raise ValueError(f"{path} is not a sets file (columns {names})")
+        if len(names) != 2 or names[0] not in KEYS or names[1] not in VALUES:
+            raise ValueError(f"{path} is not a sets or bands file (columns {names})")
+        self._width = VALUES[names[1]].bit_width // 8
 
     @property
     def key(self) -> str:
@@ -110,6 +127,11 @@ class SetsFile:
         """The key column, ascending."""
         return np.asarray(self.table.column(0).to_numpy(), dtype=np.int64)
 
+    @property
+    def column(self) -> str:
+        """``signature`` (a sets file) or ``bands`` (a bands file)."""
+        return str(self.table.schema.names[1])
+
     def take(self, at: npt.NDArray[np.int64]) -> pa.Array:
         """The lists at positions ``at`` (ascending) of the file."""
         column = self.table.column(1)
@@ -118,7 +140,8 @@ class SetsFile:
         lists = column.chunk(0)
         offsets = np.asarray(lists.offsets.to_numpy(), dtype=np.int64)
         values = lists.values
-        where = values.buffers()[1].address + values.offset * 4 - self._base
+        w = self._width
+        where = values.buffers()[1].address + values.offset * w - self._base
         starts, ends = offsets[at], offsets[at + 1]
         # Runs of rows whose lists touch: one read each.
         cut = np.flatnonzero(starts[1:] != ends[:-1]) + 1
@@ -126,16 +149,16 @@ class SetsFile:
         fd = os.open(self.path.uri, os.O_RDONLY)
         try:
             data = b"".join(
-                os.pread(fd, int(ends[b] - starts[a]) * 4, where + int(starts[a]) * 4)
+                os.pread(fd, int(ends[b] - starts[a]) * w, where + int(starts[a]) * w)
                 for a, b in zip(first.tolist(), last.tolist(), strict=True)
             )
         finally:
             os.close(fd)
-        if len(data) != int((ends - starts).sum()) * 4:
+        if len(data) != int((ends - starts).sum()) * w:
             raise ValueError(f"{self.path} is shorter than its own index")
         out = np.zeros(len(at) + 1, dtype=np.int32)
         np.cumsum(ends - starts, out=out[1:])
-        flat = pa.array(np.frombuffer(data, dtype=np.uint32))
+        flat = pa.array(np.frombuffer(data, dtype=VALUES[self.column].to_pandas_dtype()))
         return pa.ListArray.from_arrays(pa.array(out), flat, type=lists.type)
 
     def place(self, dest: Path) -> None:

@@ -342,8 +342,9 @@ def _check_bands(
         near = NearDedupIndex.of_config(con, cfg, signatures)
         for key in chunks_missing_bands(state, rows, near):
             report.problems.append(f"chunk {key} is missing from the near-dedup band index")
-        if cfg.near_dedup.verify:
-            stored = pa.table({"doc_seq": signatures.doc_seqs()})
+        kinds = [signatures.bands(), *([signatures] if cfg.near_dedup.verify else [])]
+        for files in kinds:
+            stored = pa.table({"doc_seq": files.doc_seqs()})
             con.register("signed_docs", stored)
             try:
                 (unsigned,) = con.execute(
@@ -352,8 +353,9 @@ def _check_bands(
             finally:
                 con.unregister("signed_docs")
             if unsigned:
+                kind = "band" if files.column == "bands" else "signature"
                 report.problems.append(
-                    f"the near-dedup signature files lack {unsigned} indexed document(s)"
+                    f"the near-dedup {kind} files lack {unsigned} indexed document(s)"
                 )
 
 
@@ -370,9 +372,9 @@ def _repair_bands(
     if not con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
         return
     with state.transaction():
-        con.execute(engine.q("dedup.clear_bands"))
         con.execute(engine.q("dedup.clear_docs"))
     signatures.clear()
+    signatures.bands().clear()
     if cfg is None or not cfg.near_dedup.enabled:
         report.repaired.append("cleared the near-dedup band index (near dedup is off)")
         return

@@ -1,18 +1,20 @@
 """The band index's buckets in the driver's memory: a chunk's lake candidates by keyed lookup.
 
-Matching a chunk against ``minhash_bands`` in DuckDB is a hash join that scans the whole table
+Matching a chunk against a band table in DuckDB was a hash join that scans the whole table
 (the band hashes are random, so no zone map prunes a row group): its cost grew with the lake,
 about 0.03 s of CPU per 16 MiB chunk at 1.7 M band rows and 0.1 s at 6.8 M (issue 14). Here the
-same (band, band_hash, doc_seq) rows are sorted runs of numpy arrays (a small log-structured
-merge: a new chunk is a run, runs of similar size merge), so a chunk's candidates cost a binary
-search per band hash: O(chunk * log(lake)).
+(band, band_hash, doc_seq) rows are sorted runs of numpy arrays (a small log-structured merge: a
+new chunk is a run, runs of similar size merge), so a chunk's candidates cost a binary search
+per band hash: O(chunk * log(lake)).
 
-``minhash_bands`` stays the truth (written in the chunk's state transaction, read by recovery,
-rebuild and verify); this is a cache of it, 17 bytes per band row. It is loaded on first use,
-kept up by :meth:`BandCache.add` (the index's own inserts), and checked before every lookup and
-every add against the table's row count and largest doc_seq (both O(1) in DuckDB): any other
-change (rows forgotten by a supersede or an abandoned intent, a rolled-back transaction, a
-cleared index) makes it reload from the table instead of answering from stale rows.
+The truth is the band files (``index/bands/<seq>.arrow``, the workers' bands files put in
+place) of the commits ``minhash_docs`` holds documents of: a file is written before its
+documents' rows, and a file of a commit that left the index is a leftover nothing reads. This
+is a cache of them, 17 bytes per band row. It is loaded on first use, kept up by
+:meth:`BandCache.add` (the index's own inserts), and checked before every lookup and every add
+against ``minhash_docs``'s row count and largest doc_seq (both O(1) in DuckDB): any other change
+(documents forgotten by a supersede or an abandoned intent, a rolled-back transaction, a cleared
+index) makes it reload instead of answering from stale rows.
 """
 
 from __future__ import annotations
@@ -20,12 +22,15 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from lakecurate import engine
+from lakecurate.store.signatures import SignatureFiles
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
+Rows = tuple[U64, U8, I64]
 
 MERGE_RATIO = 4
 """A run merges into the one before it while that one is less than this many times its size:
@@ -50,11 +55,24 @@ class _Run:
         return len(self.hashes)
 
 
-class BandCache:
-    """The rows of ``minhash_bands`` on ``con`` (see the module docstring)."""
+def band_rows(doc_seq: pa.Array | pa.ChunkedArray, lists: pa.Array | pa.ChunkedArray) -> Rows:
+    """(band_hash, band, doc_seq) rows of documents' band lists (none NULL)."""
+    col = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    values = np.asarray(col.flatten().to_numpy(), dtype=np.uint64)
+    lengths = np.diff(offsets)
+    within = np.arange(len(values), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    seqs = np.repeat(np.asarray(doc_seq.to_numpy(), dtype=np.int64), lengths)
+    return values, within.astype(np.uint8), seqs
 
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+
+class BandCache:
+    """The band rows of the documents ``minhash_docs`` on ``con`` holds, from ``files`` (see
+    the module docstring)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, files: SignatureFiles) -> None:
         self.con = con
+        self.files = files
         self._runs: list[_Run] | None = None  # None: not loaded, or stale
         self._commit_seqs: set[int] = set()  # commit seqs with rows here
         self._fingerprint: tuple[int, int] = (0, -1)  # (rows, largest doc_seq) cached
@@ -65,16 +83,22 @@ class BandCache:
         return int(rows), -1 if top is None else int(top)
 
     def _current(self) -> list[_Run]:
-        """The runs, reloaded from the table when it changed behind the cache's back."""
-        if self._runs is not None and self._table_fingerprint() == self._fingerprint:
+        """The runs, reloaded from the files when the index changed behind the cache's back."""
+        fingerprint = self._table_fingerprint()
+        if self._runs is not None and fingerprint == self._fingerprint:
             return self._runs
-        cols = self.con.execute(engine.q("dedup.all_bands")).fetchnumpy()
-        hashes = np.asarray(cols["band_hash"], dtype=np.uint64)
-        bands = np.asarray(cols["band"], dtype=np.uint8)
-        seqs = np.asarray(cols["doc_seq"], dtype=np.int64)
-        self._runs = [_Run(hashes, bands, seqs)] if len(hashes) else []
-        self._commit_seqs = set(np.unique(seqs >> ROW_BITS).tolist())
-        self._fingerprint = (len(seqs), int(seqs.max()) if len(seqs) else -1)
+        parts: list[Rows] = []
+        indexed = self.con.execute(engine.q("dedup.indexed_seqs")).fetchall()
+        for (seq,) in indexed:
+            lists = self.files.whole(int(seq))
+            parts.append(band_rows(lists["doc_seq"], lists[self.files.column]))
+        if parts:
+            hashes, bands, seqs = (np.concatenate(p) for p in zip(*parts, strict=True))
+            self._runs = [_Run(hashes, bands, seqs)]
+        else:
+            self._runs = []
+        self._commit_seqs = {int(seq) for (seq,) in indexed}
+        self._fingerprint = fingerprint
         self.loads += 1
         return self._runs
 
@@ -113,17 +137,18 @@ class BandCache:
         return src[first], dst[first]
 
     def add(self, hashes: U64, bands: U8, seqs: I64) -> None:
-        """After the index inserted these band rows (in the caller's transaction): add them,
-        unless the cache is stale or already holds their commit seqs (an earlier attempt's
-        rows the insert replaced): then the next use reloads."""
+        """After the index inserted the documents of these band rows (in the caller's
+        transaction): add them, unless the cache is stale or already holds their commit seqs
+        (an earlier attempt's rows the insert replaced): then the next use reloads."""
         if self._runs is None:
             return
         new = set(np.unique(seqs >> ROW_BITS).tolist())
         before = self._fingerprint
-        if new & self._commit_seqs or self._table_fingerprint() != (
-            before[0] + len(seqs),
+        after = (
+            before[0] + len(np.unique(seqs)),
             max(before[1], int(seqs.max()) if len(seqs) else -1),
-        ):
+        )
+        if new & self._commit_seqs or self._table_fingerprint() != after:
             self._runs = None
             return
         if len(seqs):
@@ -139,10 +164,7 @@ class BandCache:
                     )
                 )
         self._commit_seqs |= new
-        self._fingerprint = (
-            before[0] + len(seqs),
-            max(before[1], int(seqs.max()) if len(seqs) else -1),
-        )
+        self._fingerprint = after
 
     @property
     def rows(self) -> int:

@@ -29,7 +29,7 @@ from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
-from lakecurate.store.band_cache import BandCache
+from lakecurate.store.band_cache import BandCache, Rows, band_rows
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 ROW_BITS = 32
@@ -109,21 +109,11 @@ def _typed(docs: pa.Table) -> pa.Table:
     return docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
 
 
-def _band_rows(docs: pa.Table) -> tuple[minhash.U64, npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+def _band_rows(docs: pa.Table) -> Rows:
     """(band_hash, band, doc_seq) of every band of a :data:`CHUNK_SCHEMA` table's documents
     with tokens: the rows ``dedup.chunk_bands`` makes, as numpy arrays."""
-    col = docs["bands"].combine_chunks()
-    lengths = np.asarray(col.value_lengths().fill_null(0).to_numpy(), dtype=np.int64)
-    valid = ~np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    lengths = np.where(valid, lengths, 0)
-    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
-    values = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.uint64)
-    starts = np.repeat(offsets[:-1], lengths)
-    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(
-        np.cumsum(lengths) - lengths, lengths
-    )
-    seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
-    return values[starts + within], within.astype(np.uint8), np.repeat(seqs, lengths)
+    docs = docs.filter(pc.is_valid(docs["bands"]))
+    return band_rows(docs["doc_seq"], docs["bands"])
 
 
 def chunk_table(
@@ -214,7 +204,8 @@ class NearDedupIndex:
         self.cfg = cfg
         self.link: Link = cfg.link
         self.signatures = signatures if signatures is not None else SignatureFiles(None)
-        self.cache = BandCache(con)  # the keyed lookup of a chunk's candidates in the lake
+        self.bands = self.signatures.bands()  # the band index itself: one file per commit
+        self.cache = BandCache(con, self.bands)  # a chunk's candidates in the lake, by key
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
 
     @classmethod
@@ -247,7 +238,6 @@ class NearDedupIndex:
         for name in (
             "dedup.create_macros",
             "dedup.create_near_macro",
-            "dedup.create_bands",
             "dedup.create_docs",
             "dedup.create_meta",
         ):
@@ -275,18 +265,24 @@ class NearDedupIndex:
                 f'the config now gives "{self.link}": the clusters of one rule cannot be extended '
                 f'with the other. Restore link = "{stored}", or use a new lake for the new rule'
             )
-        self._move_signatures_out()
+        # Layouts before kept what is now in files in the database: move it out once (a kill
+        # before the drop leaves it in, and the next open writes the same files again).
+        self._move_out("signature_column", "old_signature_seqs", "old_signatures_of_seq")
+        self._move_out("bands_table", "indexed_seqs", "old_bands_of_seq")
 
-    def _move_signatures_out(self) -> None:
-        """An index of the old layout kept every signature in ``minhash_docs`` (about half of
-        ``state.duckdb``): write them to the signature files, then drop the column."""
-        ((has,),) = self.con.execute(engine.q("dedup.has_signature_column")).fetchall()
+    def _move_out(self, what: str, seqs: str, rows_of_seq: str) -> None:
+        """Write a part of the index the database held (``what``) to its files, one per commit
+        seq, then drop it: the signatures, once a column of ``minhash_docs`` (about half of
+        ``state.duckdb``), and the band rows, once the table ``minhash_bands`` (17 bytes per
+        band: most of the state file and of the driver's writes)."""
+        ((has,),) = self.con.execute(engine.q(f"dedup.has_{what}")).fetchall()
         if not has:
             return
-        for (seq,) in self.con.execute(engine.q("dedup.old_signature_seqs")).fetchall():
-            rows = self.con.sql(engine.q("dedup.old_signatures_of_seq"), params={"seq": seq})
-            self.signatures.write(rows.to_arrow_table())
-        self.con.execute(engine.q("dedup.drop_signature_column"))
+        files = self.signatures if what == "signature_column" else self.bands
+        for (seq,) in self.con.execute(engine.q(f"dedup.{seqs}")).fetchall():
+            rows = self.con.sql(engine.q(f"dedup.{rows_of_seq}"), params={"seq": seq})
+            files.write(rows.to_arrow_table())
+        self.con.execute(engine.q(f"dedup.drop_{what}"))
 
     def _register(self, docs: pa.Table) -> tuple[int, int]:
         docs = _typed(docs)
@@ -366,26 +362,31 @@ class NearDedupIndex:
         needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
         return sets.read(needed)
 
-    def add_chunk(self, docs: pa.Table, matched: pa.Table, sets: ChunkSets | None = None) -> None:
+    def add_chunk(
+        self,
+        docs: pa.Table,
+        matched: pa.Table,
+        sets: ChunkSets | None = None,
+        bands: ChunkSets | None = None,
+    ) -> None:
         """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
 
         Dropped documents are indexed too: a later document that is near only to a dropped one
         joins that one's cluster, exactly as in one batch run over everything. Run it inside the
         caller's transaction (it issues plain statements, no BEGIN/COMMIT of its own).
-        ``sets``: the chunk's sets (default: ``docs["signature"]``), stored as its commit's
-        signature file.
+        ``sets``, ``bands``: the chunk's sets and bands (default: ``docs["signature"]``,
+        ``docs["bands"]``), stored as its commit's signature and band files.
         """
         lo, hi = self._register(docs)
         self.con.register("nd_matched", matched)
+        seq = lo >> ROW_BITS
         try:
-            if self.cfg.verify:  # before the rows: no indexed document without its signature
-                if sets is None:
-                    sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
-                sets.store(self.signatures)
-            self.con.execute(engine.q("dedup.chunk_bands"))
-            self.con.execute(engine.q("dedup.forget_range"), {"lo": lo, "hi": hi})
+            # The files before the rows: no indexed document without its bands and signature.
+            if self.cfg.verify:
+                (sets or ChunkSets.of_docs(seq, _typed(docs))).store(self.signatures)
+            if docs.num_rows:
+                (bands or ChunkSets.of_docs(seq, _typed(docs), "bands")).store(self.bands)
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
-            self.con.execute(engine.q("dedup.insert_bands"))
             self.con.execute(engine.q("dedup.insert_docs"))
             self.cache.add(*_band_rows(_typed(docs)))
         finally:

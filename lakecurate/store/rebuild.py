@@ -197,7 +197,6 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
                 con.execute(engine.q("state.queue_redecide"), {"keys": dangling})
                 con.unregister("table_rows")
             if con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
-                con.execute(engine.q("state.near_forget_absent_bands"))
                 con.execute(engine.q("state.near_forget_absent_docs"))
             con.execute(engine.q("state.clear_stat_cache"))
             before = con.execute(engine.q("state.count_commits")).fetchall()[0]
@@ -225,7 +224,6 @@ def catch_up(state: StateStore, delta: DeltaStore) -> str | None:
     out = resync(state, delta)
     if state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
         with state.transaction():  # rebuilt from the committed text by the next ingest
-            state.con.execute(engine.q("dedup.clear_bands"))
             state.con.execute(engine.q("dedup.clear_docs"))
     return (
         f"the state knew commits up to seq {known} but the table's log holds seq "

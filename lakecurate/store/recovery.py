@@ -167,8 +167,7 @@ def forget_near(state: StateStore, seqs: Sequence[int]) -> None:
     """Drop the band-index rows of these commits, whether or not this command runs near dedup
     (a `compact` finalising a crashed supersede must not leave them behind)."""
     if seqs and state.con.execute(engine.q("state.has_near_index")).fetchall()[0][0]:
-        for statement in ("dedup.forget_seqs", "dedup.forget_docs_seqs"):
-            state.con.execute(engine.q(statement), {"seqs": list(seqs)})
+        state.con.execute(engine.q("dedup.forget_docs_seqs"), {"seqs": list(seqs)})
 
 
 def finalise(

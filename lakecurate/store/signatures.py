@@ -1,4 +1,4 @@
-"""MinHash signatures of the band index's documents, kept outside ``state.duckdb`` (issue 14).
+"""MinHash signatures and band hashes of the band index's documents, outside ``state.duckdb``.
 
 Verification compares a candidate pair's full signatures (``num_perm`` uint32 each, 512 bytes at
 128), or with ``[near_dedup].verify_on = "shingles"`` (the default since issue 17) their shingle
@@ -13,11 +13,16 @@ candidates it asks for (``lake.sets.SetsFile.take``). A file is a worker's sets 
 reads a chunk's sets whole (issue 14); files written before that hold
 ``doc_seq`` instead of ``row`` and are read as they are.
 
-Invariant: ``minhash_docs`` holds a document of seq ``s`` only after the file of ``s`` was written
-with its signature (:meth:`ChunkSets.store` runs before the rows are inserted, and replaces the
-whole file, so a retried chunk overwrites an earlier attempt). Files of seqs that left the
-index are harmless leftovers: nothing asks for their documents. A document the index holds but no
-file has is an error, never a silent "not near": ``verify --repair`` rebuilds both.
+The band hashes, the band index itself, are kept the same way in ``LAKE/index/bands/<seq>.arrow``
+(``SignatureFiles(folder, "bands")``, :meth:`SignatureFiles.bands`): a worker's bands file put in
+place, read whole by the band cache (``store.band_cache``) for the commits the index holds.
+
+Invariant: ``minhash_docs`` holds a document of seq ``s`` only after the files of ``s`` were
+written with its signature and bands (:meth:`ChunkSets.store` runs before the rows are inserted,
+and replaces the whole file, so a retried chunk overwrites an earlier attempt). Files of seqs
+that left the index are harmless leftovers: nothing asks for their documents. A document the
+index holds but no file has is an error, never a silent "not near": ``verify --repair``
+rebuilds both.
 """
 
 from __future__ import annotations
@@ -39,13 +44,20 @@ ROW_BITS = 32
 """doc_seq = (commit seq << ROW_BITS) | row (``band_index.make_doc_seq``)."""
 _ROW_MASK = (1 << ROW_BITS) - 1
 
-SCHEMA = pa.schema(
-    [
-        pa.field("doc_seq", pa.int64(), nullable=False),
-        pa.field("signature", pa.list_(pa.uint32())),
-    ]
-)
-"""What :meth:`SignatureFiles.write` takes and :meth:`SignatureFiles.read` returns."""
+
+def keyed_schema(column: str = "signature") -> pa.Schema:
+    """What :meth:`SignatureFiles.write` takes and :meth:`SignatureFiles.read` returns:
+    ``doc_seq`` and the list column (``signature``, or ``bands`` for the band files)."""
+    return pa.schema(
+        [
+            pa.field("doc_seq", pa.int64(), nullable=False),
+            pa.field(column, pa.list_(sets.VALUES[column])),
+        ]
+    )
+
+
+SCHEMA = keyed_schema()
+NOUNS = {"signature": "signatures", "bands": "band hashes"}
 
 
 @dataclass
@@ -54,14 +66,17 @@ class _Keyed:
 
     doc_seq: npt.NDArray[np.int64]
     lists: Callable[[npt.NDArray[np.int64]], pa.Array]  # the lists at these positions
+    column: str = "signature"
 
     @classmethod
     def of_table(cls, table: pa.Table) -> _Keyed:
-        """From a :data:`SCHEMA` table, ``doc_seq`` ascending."""
-        column = table["signature"]
+        """From a :func:`keyed_schema` table, ``doc_seq`` ascending."""
+        name = table.schema.names[1]
+        column = table[name]
         return cls(
             np.asarray(table["doc_seq"].to_numpy(), dtype=np.int64),
             lambda at: column.take(pa.array(at, pa.int64())).combine_chunks(),
+            name,
         )
 
     @classmethod
@@ -71,39 +86,51 @@ class _Keyed:
         keys = file.keys()
         if file.key == "row":
             keys = (np.int64(seq) << np.int64(ROW_BITS)) | keys
-        return cls(keys, file.take)
+        return cls(keys, file.take, file.column)
 
     def table(self) -> pa.Table:
-        """Everything, as :data:`SCHEMA` (an in-memory store's copy)."""
+        """Everything, as :func:`keyed_schema` (an in-memory store's copy; a whole band file)."""
         at = np.arange(len(self.doc_seq), dtype=np.int64)
-        return pa.table([pa.array(self.doc_seq), self.lists(at)], schema=SCHEMA)
+        return pa.table([pa.array(self.doc_seq), self.lists(at)], schema=keyed_schema(self.column))
 
     def read(self, asked: npt.NDArray[np.int64], what: str) -> pa.Table:
-        """The rows for ``asked`` (ascending, unique) as :data:`SCHEMA`; every one must be
-        there."""
+        """The rows for ``asked`` (ascending, unique) as :func:`keyed_schema`; every one must
+        be there."""
         have = self.doc_seq
         at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0)).astype(np.int64)
         if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
-            raise _missing(f"{what} lacks signatures of indexed documents")
-        return pa.table([pa.array(asked, pa.int64()), self.lists(at)], schema=SCHEMA)
+            raise _missing(f"{what} lacks {NOUNS[self.column]} of indexed documents", self.column)
+        return pa.table(
+            [pa.array(asked, pa.int64()), self.lists(at)], schema=keyed_schema(self.column)
+        )
 
 
 class SignatureFiles:
     """The signature files of one lake (``folder``), or an in-memory set of them (``None``:
-    an index on a throw-away connection, as the SQL tests use)."""
+    an index on a throw-away connection, as the SQL tests use). With ``column = "bands"``
+    the band files instead (``index/bands``: the lake's LSH band index, one file per commit
+    seq, kept out of ``state.duckdb`` for the same reason, issue 14)."""
 
-    def __init__(self, folder: Path | None) -> None:
+    def __init__(self, folder: Path | None, column: str = "signature") -> None:
         self.folder = folder
+        self.column = column
+        self.schema = keyed_schema(column)
         self._memory: dict[int, _Keyed] = {}
+
+    def bands(self) -> SignatureFiles:
+        """The band files beside these signature files (in memory when these are)."""
+        return SignatureFiles(
+            None if self.folder is None else self.folder.parent / "bands", "bands"
+        )
 
     def _path(self, seq: int) -> Path:
         assert self.folder is not None
         return self.folder / f"{seq}.arrow"
 
     def write(self, docs: pa.Table) -> None:
-        """Store the signatures of ``docs`` (:data:`SCHEMA`, non-NULL signatures), replacing
-        whatever an earlier attempt stored for their seqs."""
-        docs = docs.select(SCHEMA.names).cast(SCHEMA).sort_by("doc_seq")
+        """Store the lists of ``docs`` (:attr:`schema`, non-NULL lists), replacing whatever an
+        earlier attempt stored for their seqs."""
+        docs = docs.select(self.schema.names).cast(self.schema).sort_by("doc_seq")
         doc_seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
         seqs = doc_seqs >> ROW_BITS
         for seq in np.unique(seqs).tolist():
@@ -112,7 +139,7 @@ class SignatureFiles:
                 self._memory[seq] = _Keyed.of_table(docs.filter(mine))
                 continue
             rows = pa.array(doc_seqs & _ROW_MASK)
-            part = pa.table({"row": rows, "signature": docs["signature"]}).filter(mine)
+            part = pa.table({"row": rows, self.column: docs[self.column]}).filter(mine)
             sets.write(part, Location(str(self._path(seq))))
 
     def place(self, seq: int, file: sets.SetsFile) -> None:
@@ -132,21 +159,28 @@ class SignatureFiles:
         try:
             return _Keyed.of_file(sets.SetsFile(Location(str(path))), seq)
         except (OSError, ValueError, pa.ArrowInvalid) as exc:
-            raise _missing(f"{path} is unreadable ({exc})") from exc
+            raise _missing(f"{path} is unreadable ({exc})", self.column) from exc
+
+    def whole(self, seq: int) -> pa.Table:
+        """Every row stored for commit ``seq`` (:attr:`schema`): a band file, read whole."""
+        stored = self._load(seq)
+        if stored is None:
+            raise _missing(f"no {NOUNS[self.column]} of commit seq {seq}", self.column)
+        return stored.table()
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
-        """The signatures of ``doc_seqs`` (:data:`SCHEMA`, ascending); every one must be
+        """The signatures of ``doc_seqs`` (:attr:`schema`, ascending); every one must be
         stored. Only their bytes are read (``lake.sets.SetsFile.take``)."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
         parts = []
         for seq in np.unique(wanted >> ROW_BITS).tolist():
             stored = self._load(seq)
             if stored is None:
-                raise _missing(f"no signatures of commit seq {seq}")
+                raise _missing(f"no {NOUNS[self.column]} of commit seq {seq}", self.column)
             asked = wanted[(wanted >> ROW_BITS) == seq]
             parts.append(stored.read(asked, f"commit seq {seq}"))
         if not parts:
-            return SCHEMA.empty_table()
+            return self.schema.empty_table()
         return pa.concat_tables(parts)
 
     def doc_seqs(self) -> npt.NDArray[np.int64]:
@@ -171,11 +205,13 @@ class SignatureFiles:
 
     @staticmethod
     def of_docs(
-        doc_seq: pa.Array | pa.ChunkedArray, signature: pa.Array | pa.ChunkedArray
+        doc_seq: pa.Array | pa.ChunkedArray,
+        lists: pa.Array | pa.ChunkedArray,
+        column: str = "signature",
     ) -> pa.Table:
-        """A :data:`SCHEMA` table of the rows that have a signature."""
-        table = pa.table({"doc_seq": doc_seq, "signature": signature})
-        return table.filter(pc.is_valid(table["signature"])).cast(SCHEMA)
+        """A :func:`keyed_schema` table of the rows that have a list."""
+        table = pa.table({"doc_seq": doc_seq, column: lists})
+        return table.filter(pc.is_valid(table[column])).cast(keyed_schema(column))
 
 
 class ChunkSets:
@@ -192,9 +228,10 @@ class ChunkSets:
         self.file = file
 
     @classmethod
-    def of_docs(cls, seq: int, docs: pa.Table) -> ChunkSets:
-        """From a match table's ``doc_seq`` and ``signature`` columns (NULL: no set)."""
-        table = SignatureFiles.of_docs(docs["doc_seq"], docs["signature"]).sort_by("doc_seq")
+    def of_docs(cls, seq: int, docs: pa.Table, column: str = "signature") -> ChunkSets:
+        """From a match table's ``doc_seq`` and ``signature`` (or ``bands``) columns (NULL:
+        no set)."""
+        table = SignatureFiles.of_docs(docs["doc_seq"], docs[column], column).sort_by("doc_seq")
         return cls(seq, _Keyed.of_table(table), table, None)
 
     @classmethod
@@ -208,7 +245,7 @@ class ChunkSets:
         return self._keyed.doc_seq & _ROW_MASK
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
-        """The sets of these documents of the chunk (:data:`SCHEMA`, ascending)."""
+        """The sets of these documents of the chunk (:func:`keyed_schema`, ascending)."""
         wanted = np.unique(np.asarray(doc_seqs, dtype=np.int64))
         return self._keyed.read(wanted, f"the sets of commit seq {self.seq}")
 
@@ -221,8 +258,9 @@ class ChunkSets:
             files.write(self._table)
 
 
-def _missing(what: str) -> LakeError:
+def _missing(what: str, column: str) -> LakeError:
+    kind = "signature" if column == "signature" else "band"
     return LakeError(
-        f"the near-dedup signature files are incomplete: {what}; run `lakecurate verify "
+        f"the near-dedup {kind} files are incomplete: {what}; run `lakecurate verify "
         "--repair` to rebuild the near-dedup index from the table"
     )

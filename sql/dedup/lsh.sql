@@ -11,18 +11,13 @@
 -- own documents in a candidate pair (chunk_signatures_needed), read from the worker's sets file,
 -- so the driver never reads a chunk's sets whole (issue 14).
 
--- name: create_bands
--- One row per (document, band). Kept for every document that has tokens, dropped or not, so a
--- later document still joins a cluster through a chain of dropped ones (as one batch run would).
-CREATE TABLE IF NOT EXISTS minhash_bands (
-    band UTINYINT NOT NULL,
-    band_hash UBIGINT NOT NULL,
-    doc_seq BIGINT NOT NULL
-);
-
 -- name: create_docs
--- The signatures verification compares are in LAKE/index/signatures/ (lakecurate.store.signatures);
--- an index made before kept them in a column `signature` here (see has_signature_column).
+-- One row per indexed document: every document that has tokens, dropped or not, so a later
+-- document still joins a cluster through a chain of dropped ones (as one batch run would).
+-- Its band hashes are in LAKE/index/bands/ and the signatures verification compares in
+-- LAKE/index/signatures/ (lakecurate.store.signatures), one file per commit seq each; an index
+-- made before kept the signatures in a column `signature` here (see has_signature_column) and
+-- the bands in a table `minhash_bands` (see has_bands_table).
 CREATE TABLE IF NOT EXISTS minhash_docs (
     doc_seq BIGINT NOT NULL,
     doc_id VARCHAR NOT NULL,
@@ -30,6 +25,7 @@ CREATE TABLE IF NOT EXISTS minhash_docs (
 );
 
 -- name: has_signature_column
+-- (NearDedupIndex._move_out: the layouts before kept signatures and bands in the database.)
 SELECT count(*) FROM information_schema.columns
 WHERE table_name = 'minhash_docs' AND column_name = 'signature';
 
@@ -44,6 +40,23 @@ ORDER BY doc_seq;
 
 -- name: drop_signature_column
 ALTER TABLE minhash_docs DROP COLUMN signature;
+
+-- name: has_bands_table
+SELECT count(*) FROM information_schema.tables WHERE table_name = 'minhash_bands';
+
+-- name: indexed_seqs
+-- The commit seqs the index holds documents of: whose band files make up the band index.
+SELECT DISTINCT doc_seq >> 32 AS seq FROM minhash_docs ORDER BY seq;
+
+-- name: old_bands_of_seq
+-- An indexed commit's documents' band hashes from the table of the layout before, as lists.
+SELECT doc_seq, list(band_hash ORDER BY band) AS bands FROM minhash_bands
+WHERE doc_seq >> 32 = $seq
+GROUP BY doc_seq
+ORDER BY doc_seq;
+
+-- name: drop_bands_table
+DROP TABLE minhash_bands;
 
 -- name: create_macros
 -- How many signature positions two documents share (estimated Jaccard = this / num_perm).
@@ -85,8 +98,8 @@ WHERE bands IS NOT NULL;
 -- name: chunk_candidates
 -- Candidate pairs (src later than dst) sharing a bucket: against the lake's index (old) and
 -- inside the chunk. The lake's pairs, `nd_old_cand(src, dst)`, come from the band cache
--- (lakecurate.store.band_cache: a keyed lookup of the rows of minhash_bands, where a join here
--- scanned the whole table for every chunk), already limited to doc_seq < the chunk's first, so
+-- (lakecurate.store.band_cache: a keyed lookup of the band files, where a join with a band table
+-- here scanned the whole table for every chunk), already limited to doc_seq < the chunk's first, so
 -- matching stays idempotent when the index already holds this chunk (a retried commit).
 CREATE OR REPLACE TEMP TABLE nd_cand AS
 SELECT DISTINCT src, dst, true AS old
@@ -100,11 +113,7 @@ WHERE m.doc_seq < n.doc_seq;
 -- name: bands_fingerprint
 -- What the band cache checks before it answers: both are kept in DuckDB's row-group statistics,
 -- so this reads no rows however large the index.
-SELECT count(*), max(doc_seq) FROM minhash_bands;
-
--- name: all_bands
--- The band cache's load (once per write session, and after a change it did not make).
-SELECT band, band_hash, doc_seq FROM minhash_bands;
+SELECT count(*), max(doc_seq) FROM minhash_docs;
 
 -- name: old_signatures_needed
 -- The earlier documents whose signatures the chunk's matching compares: candidates in the lake
@@ -236,16 +245,9 @@ LEFT JOIN nd_chunk k ON k.doc_seq = l.label
 LEFT JOIN minhash_docs o ON o.doc_seq = l.label AND l.label < $chunk_min
 ORDER BY c.doc_seq;
 
--- name: forget_range
--- Make add_chunk idempotent: drop whatever an earlier attempt indexed for these documents.
-DELETE FROM minhash_bands WHERE doc_seq BETWEEN $lo AND $hi;
-
 -- name: forget_docs_range
+-- Make add_chunk idempotent: drop whatever an earlier attempt indexed for these documents.
 DELETE FROM minhash_docs WHERE doc_seq BETWEEN $lo AND $hi;
-
--- name: insert_bands
-INSERT INTO minhash_bands
-SELECT band, band_hash, doc_seq FROM nd_chunk_bands ORDER BY doc_seq, band;
 
 -- name: insert_docs
 -- `nd_matched`: the result of chunk_result for this chunk.
@@ -276,12 +278,10 @@ HAVING count(*) > 1
 ORDER BY size DESC, d.cluster_id
 LIMIT $limit;
 
--- name: forget_seqs
--- Forget every document of these commits (doc_seq = commit seq << 32 | row): their chunks left
--- the table, or are about to be decided again.
-DELETE FROM minhash_bands WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]));
-
 -- name: forget_docs_seqs
+-- Forget every document of these commits (doc_seq = commit seq << 32 | row): their chunks left
+-- the table, or are about to be decided again. Their band and signature files are leftovers
+-- nothing reads (a retry of the commit writes them again).
 DELETE FROM minhash_docs WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]));
 
 -- name: unindexed_chunks
@@ -291,9 +291,6 @@ DELETE FROM minhash_docs WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]
 SELECT chunk_key, commit_seq FROM chunks
 WHERE status = 'SUCCESS' AND commit_seq NOT IN (SELECT DISTINCT doc_seq >> 32 FROM minhash_docs)
 ORDER BY commit_seq;
-
--- name: clear_bands
-DELETE FROM minhash_bands;
 
 -- name: clear_docs
 DELETE FROM minhash_docs;

@@ -81,11 +81,8 @@ SELECT count(*) FROM commits;
 -- name: has_near_index
 SELECT count(*) FROM information_schema.tables WHERE table_name = 'minhash_docs';
 
--- name: near_forget_absent_bands
--- Near-dedup index rows of chunks the table no longer holds (doc_seq = commit seq << 32 | row).
-DELETE FROM minhash_bands WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records);
-
 -- name: near_forget_absent_docs
+-- Near-dedup index documents of chunks the table no longer holds (doc_seq = commit seq << 32 | row).
 DELETE FROM minhash_docs WHERE (doc_seq >> 32) NOT IN (SELECT seq FROM records);
 
 -- name: dangling_chunks

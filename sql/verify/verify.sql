@@ -39,8 +39,9 @@ WHERE doc_seq >> 32 NOT IN (SELECT commit_seq FROM chunks WHERE status = 'SUCCES
                             AND commit_seq IS NOT NULL);
 
 -- name: band_docs_without_signature
--- Band-index documents whose signature is in no signature file (`signed_docs`: every doc_seq the
--- files hold): verification would have nothing to compare them with.
+-- Band-index documents whose signature (or band hashes) is in no signature (band) file
+-- (`signed_docs`: every doc_seq the files hold): verification would have nothing to compare
+-- them with, or the band cache nothing to load.
 SELECT count(*) FROM minhash_docs ANTI JOIN signed_docs USING (doc_seq);
 
 -- name: band_docs_not_in_table

@@ -1,6 +1,7 @@
-"""The driver's state stays small per document (issue 14): near-dedup signatures live in
-``index/signatures`` files, not in ``state.duckdb``; a lake whose state still holds them (the
-layout before) is converted on open and goes on deciding exactly as a lake that never had them."""
+"""The driver's state stays small per document (issue 14): near-dedup signatures and band hashes
+live in ``index/signatures`` and ``index/bands`` files, not in ``state.duckdb``; a lake whose
+state still holds them (the layouts before) is converted on open and goes on deciding exactly as
+a lake that never had them."""
 
 from __future__ import annotations
 
@@ -26,13 +27,21 @@ def near_cfg(tmp_path: Path) -> Path:
 
 
 def _to_old_layout(root: Path) -> None:
-    """Put the signatures back into ``minhash_docs`` and delete the files, as the state of a
-    lake made before they moved out looked."""
+    """Put the signatures back into ``minhash_docs`` and the band hashes into a table
+    ``minhash_bands``, and delete the files, as the state of a lake made before they moved out
+    looked."""
     paths = LakePaths(root)
     files = SignatureFiles(paths.signatures)
     stored = files.read(files.doc_seqs())
+    band_files = files.bands()
+    bands = band_files.read(band_files.doc_seqs())
     con = duckdb.connect(str(paths.state))
     try:
+        con.register("bands", bands)
+        con.execute(
+            "CREATE TABLE minhash_bands AS SELECT (generate_subscripts(bands, 1) - 1)::UTINYINT "
+            "AS band, unnest(bands) AS band_hash, doc_seq FROM bands"
+        )
         con.register("sigs", stored)
         con.execute("ALTER TABLE minhash_docs ADD COLUMN signature UINTEGER[]")
         con.execute(
@@ -46,14 +55,16 @@ def _to_old_layout(root: Path) -> None:
     finally:
         con.close()
     shutil.rmtree(paths.signatures)
+    shutil.rmtree(paths.index / "bands")
 
 
-def _signature_column(root: Path) -> int:
+def _in_state(root: Path) -> int:
+    """How many of the old layout's signature column and band table the state has."""
     con = duckdb.connect(str(LakePaths(root).state), read_only=True)
     try:
         ((n,),) = con.execute(
-            "SELECT count(*) FROM information_schema.columns "
-            "WHERE table_name = 'minhash_docs' AND column_name = 'signature'"
+            "SELECT count(*) FROM information_schema.columns WHERE (table_name, column_name) "
+            "IN (('minhash_docs', 'signature'), ('minhash_bands', 'band_hash'))"
         ).fetchall()
         return int(n)
     finally:
@@ -68,10 +79,10 @@ def test_a_lake_of_the_old_layout_keeps_deciding_the_same(
     for root in (old, new):
         assert Lake.open(root).ingest(files[:2], config=near_cfg).ok
     _to_old_layout(old)
-    assert _signature_column(old) == 1
+    assert _in_state(old) == 2
     for root in (old, new):
         assert Lake.open(root).ingest(files[2:]).ok
-    assert _signature_column(old) == 0
+    assert _in_state(old) == 0
     assert near_decisions(old) == near_decisions(new)
     assert lake_rows(old) == lake_rows(new)
     assert Lake.open(old).verify().ok
@@ -79,6 +90,11 @@ def test_a_lake_of_the_old_layout_keeps_deciding_the_same(
     shutil.rmtree(LakePaths(old).signatures)
     problems = Lake.open(old).verify().problems
     assert any("signature files lack" in p for p in problems), problems
+    assert Lake.open(old).verify(repair=True).repaired
+    assert Lake.open(old).verify().ok
+    shutil.rmtree(LakePaths(old).index / "bands")  # and lost band files
+    problems = Lake.open(old).verify().problems
+    assert any("band files lack" in p for p in problems), problems
     assert Lake.open(old).verify(repair=True).repaired
     assert Lake.open(old).verify().ok
     extra = tmp_path / "extra.jsonl"  # and the repaired lake goes on deciding the same

@@ -1,52 +1,85 @@
-"""The band cache answers what a join over ``minhash_bands`` answers, and never from stale rows."""
+"""The band cache answers what a join over every indexed band row answers, and never from stale
+rows: its truth is the band files of the commits ``minhash_docs`` holds documents of."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from lakecurate import engine
 from lakecurate.store.band_cache import BandCache
+from lakecurate.store.signatures import SignatureFiles
 
+# The model: every live band row, kept by the test beside the index.
 JOIN = """
 SELECT DISTINCT n.doc_seq AS src, o.doc_seq AS dst
-FROM q n JOIN minhash_bands o ON o.band = n.band AND o.band_hash = n.band_hash
+FROM q n JOIN model o ON o.band = n.band AND o.band_hash = n.band_hash
 WHERE o.doc_seq < $below ORDER BY src, dst
 """
+BANDS = 4
 
 
 @pytest.fixture
 def con() -> Iterator[duckdb.DuckDBPyConnection]:
     con = engine.connect(threads=1)
-    con.execute(engine.q("dedup.create_bands"))
+    con.execute(engine.q("dedup.create_docs"))
+    con.execute("CREATE TABLE model (band UTINYINT, band_hash UBIGINT, doc_seq BIGINT)")
     yield con
     con.close()
 
 
-def chunk(rng: np.random.Generator, seq: int, docs: int) -> tuple[np.ndarray, ...]:
-    """(hash, band, doc_seq) rows of ``docs`` documents of 4 bands, hashes from a small range
-    so that buckets collide across chunks (and, rarely, across bands)."""
-    n = docs * 4
-    hashes = rng.integers(0, 400, n).astype(np.uint64) * np.uint64(2**40)
-    bands = np.tile(np.arange(4, dtype=np.uint8), docs)
-    seqs = (np.int64(seq) << np.int64(32)) | np.repeat(np.arange(docs, dtype=np.int64), 4)
-    return hashes, bands, seqs
+@pytest.fixture
+def files(tmp_path: Path) -> SignatureFiles:
+    return SignatureFiles(tmp_path / "signatures").bands()
 
 
-def insert(con: duckdb.DuckDBPyConnection, cache: BandCache, rows: tuple[np.ndarray, ...]) -> None:
-    hashes, bands, seqs = rows
+Chunk = tuple[np.ndarray, np.ndarray]  # (doc_seq, hashes of shape (docs, BANDS))
+
+
+def chunk(rng: np.random.Generator, seq: int, docs: int) -> Chunk:
+    """``docs`` documents of 4 bands, hashes from a small range so that buckets collide across
+    chunks (and, rarely, across bands)."""
+    hashes = rng.integers(0, 400, (docs, BANDS)).astype(np.uint64) * np.uint64(2**40)
+    return (np.int64(seq) << np.int64(32)) | np.arange(docs, dtype=np.int64), hashes
+
+
+def rows(c: Chunk) -> tuple[np.ndarray, ...]:
+    doc_seq, hashes = c
+    bands = np.tile(np.arange(BANDS, dtype=np.uint8), len(doc_seq))
+    return hashes.reshape(-1), bands, np.repeat(doc_seq, BANDS)
+
+
+def insert(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles, cache: BandCache, c: Chunk
+) -> None:
+    """What ``NearDedupIndex.add_chunk`` does: the band file first, then the documents."""
+    doc_seq, hashes = c
+    offsets = pa.array(np.arange(0, hashes.size + 1, BANDS, dtype=np.int32))
+    lists = pa.ListArray.from_arrays(offsets, pa.array(hashes.reshape(-1), pa.uint64()))
+    files.write(pa.table({"doc_seq": doc_seq, "bands": lists}))
     con.executemany(
-        "INSERT INTO minhash_bands VALUES (?, ?, ?)",
-        [(int(b), int(h), int(s)) for h, b, s in zip(hashes, bands, seqs, strict=True)],
+        "INSERT INTO minhash_docs VALUES (?, 'id', ?)", [(int(s), int(s)) for s in doc_seq]
     )
-    cache.add(hashes, bands, seqs)
+    h, b, s = rows(c)
+    con.register("new", {"band": b.astype(np.int64), "band_hash": h, "doc_seq": s})
+    con.execute("INSERT INTO model SELECT band, band_hash, doc_seq FROM new")
+    con.unregister("new")
+    cache.add(h, b, s)
 
 
-def joined(con: duckdb.DuckDBPyConnection, rows: tuple[np.ndarray, ...], below: int) -> list:
-    hashes, bands, seqs = rows
+def forget(con: duckdb.DuckDBPyConnection, seq: int) -> None:
+    """A supersede's or an abandoned intent's forget: the documents only (the file stays)."""
+    for table in ("minhash_docs", "model"):
+        con.execute(f"DELETE FROM {table} WHERE doc_seq >> 32 = {seq}")
+
+
+def joined(con: duckdb.DuckDBPyConnection, c: Chunk, below: int) -> list:
+    hashes, bands, seqs = rows(c)
     con.register("q", {"band_hash": hashes, "band": bands.astype(np.int64), "doc_seq": seqs})
     try:
         return con.execute(JOIN, {"below": below}).fetchall()
@@ -54,45 +87,55 @@ def joined(con: duckdb.DuckDBPyConnection, rows: tuple[np.ndarray, ...], below: 
         con.unregister("q")
 
 
-def cached(cache: BandCache, rows: tuple[np.ndarray, ...], below: int) -> list:
-    src, dst = cache.candidates(*rows, below=below)
+def cached(cache: BandCache, c: Chunk, below: int) -> list:
+    src, dst = cache.candidates(*rows(c), below=below)
     return list(zip(src.tolist(), dst.tolist(), strict=True))
 
 
-def test_cache_equals_the_join_as_the_index_grows(con: duckdb.DuckDBPyConnection) -> None:
+def test_cache_equals_the_join_as_the_index_grows(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+) -> None:
     rng = np.random.default_rng(1)
-    cache = BandCache(con)
+    cache = BandCache(con, files)
     for seq in range(1, 30):
-        rows = chunk(rng, seq, int(rng.integers(1, 40)))
+        c = chunk(rng, seq, int(rng.integers(1, 40)))
         below = seq << 32
-        assert cached(cache, rows, below) == joined(con, rows, below)
-        insert(con, cache, rows)
+        assert cached(cache, c, below) == joined(con, c, below)
+        insert(con, files, cache, c)
     assert cache.loads == 1  # loaded once, then kept up by add
-    assert cache.rows == con.execute("SELECT count(*) FROM minhash_bands").fetchall()[0][0]
+    assert cache.rows == con.execute("SELECT count(*) FROM model").fetchall()[0][0]
+    # A new cache (the next session) loads the same rows from the files.
+    probe = chunk(rng, 40, 30)
+    fresh = BandCache(con, files)
+    assert cached(fresh, probe, 40 << 32) == cached(cache, probe, 40 << 32)
+    assert fresh.rows == cache.rows
 
 
-def test_a_change_the_cache_did_not_make_reloads_it(con: duckdb.DuckDBPyConnection) -> None:
+def test_a_change_the_cache_did_not_make_reloads_it(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+) -> None:
     rng = np.random.default_rng(2)
-    cache = BandCache(con)
-    chunks = [chunk(rng, seq, 30) for seq in range(1, 6)]
-    for rows in chunks:
-        cached(cache, rows, 0)
-        insert(con, cache, rows)
+    cache = BandCache(con, files)
+    for seq in range(1, 6):
+        c = chunk(rng, seq, 30)
+        cached(cache, c, 0)
+        insert(con, files, cache, c)
     probe = chunk(rng, 9, 30)
     before = cached(cache, probe, 9 << 32)
     assert before  # the probe does meet earlier chunks
-    # Rows forgotten behind the cache's back (a supersede, an abandoned intent).
-    con.execute("DELETE FROM minhash_bands WHERE doc_seq >> 32 = 3")
+    # Documents forgotten behind the cache's back (a supersede, an abandoned intent): their
+    # band file stays, and must not be read.
+    forget(con, 3)
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32) != before
     assert cache.loads == 2
-    # A rolled-back transaction: the cache saw the insert, the table does not keep it.
+    # A rolled-back transaction: the cache saw the insert, the index does not keep it (its
+    # band file is a leftover).
     con.begin()
-    insert(con, cache, chunk(rng, 7, 30))
+    insert(con, files, cache, chunk(rng, 7, 30))
     con.rollback()
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
     assert cache.loads == 3
     # The same seq written again (a retried chunk): never two copies of its rows.
-    again = chunk(rng, 5, 30)
-    con.execute("DELETE FROM minhash_bands WHERE doc_seq >> 32 = 5")
-    insert(con, cache, again)
+    forget(con, 5)
+    insert(con, files, cache, chunk(rng, 5, 30))
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)

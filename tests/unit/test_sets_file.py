@@ -15,7 +15,7 @@ from lakecurate.errors import LakeError
 from lakecurate.ingest import staging
 from lakecurate.lake import sets
 from lakecurate.lake.storage import Location
-from lakecurate.schema import SIGNATURE_COLUMN
+from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import split_sets
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
@@ -103,46 +103,75 @@ def test_signature_files_of_the_layout_before_are_read(tmp_path: Path) -> None:
     assert sorted(files.doc_seqs().tolist()) == [5 << 32 | 1, 5 << 32 | 4, 6 << 32 | 2]
 
 
-def staged_pair(tmp_path: Path) -> tuple[Location, Path]:
+U64 = pa.list_(pa.uint64())
+
+
+def staged_pair(tmp_path: Path) -> tuple[Location, dict[str, Path]]:
+    """A staged file of three rows (out of line order) with its sets and bands files."""
     path = Location(str(tmp_path / "k.h.parquet"))
-    side = tmp_path / "k.h.sets.arrow"
-    digest = write_sets(side, [0], [[1, 2, 3]])
+    side = {"sets": tmp_path / "k.h.sets.arrow", "bands": tmp_path / "k.h.bands.arrow"}
+    digest = write_sets(side["sets"], [0], [[1, 2, 3]])
+    bands = pa.table(
+        {"row": pa.array([0, 2], pa.int64()), "bands": pa.array([[10, 11], [30, 31]], U64)}
+    )
+    bands_digest = sets.write(bands, Location(str(side["bands"])))
     result = {
         "chunk_key": "k",
         "staged_path": path.uri,
         "input_sha256": "x",
         "config_hash": "h",
-        "rows_in": 1,
-        "rows_kept": 1,
+        "rows_in": 3,
+        "rows_kept": 3,
         "rows_dropped": 0,
         "rows_malformed": 0,
         "blank_lines": 0,
         "filter_stats": [],
         "worker": "w",
     }
-    meta = {staging.RESULT_KEY: json.dumps(result).encode(), staging.SETS_KEY: digest.encode()}
-    staging.write_atomic_parquet(pa.table({"a": [1]}).replace_schema_metadata(meta), path)
+    meta = {
+        staging.RESULT_KEY: json.dumps(result).encode(),
+        staging.SETS_KEY: digest.encode(),
+        staging.BANDS_KEY: bands_digest.encode(),
+    }
+    rows = pa.table({"source_line": pa.array([7, 1, 4], pa.int64())})
+    staging.write_atomic_parquet(rows.replace_schema_metadata(meta), path)
     return path, side
 
 
-def test_a_staged_file_is_reused_only_with_its_sets_file_intact(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sets", "bands"])
+def test_a_staged_file_is_reused_only_with_its_side_files_intact(tmp_path: Path, kind: str) -> None:
     path, side = staged_pair(tmp_path)
     assert staging.read_staged_result(path) is not None
-    write_sets(side, [0], [[1, 2, 4]])  # another file than the one the staged file sealed
+    with open(side[kind], "r+b") as f:  # another file than the one the staged file sealed
+        f.seek(-9, os.SEEK_END)
+        f.write(b"x")
     assert staging.read_staged_result(path) is None
     assert not Path(path.uri).exists()  # discarded: the chunk is redone
 
 
-def test_a_staged_file_without_its_sets_file_is_redone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sets", "bands"])
+def test_a_staged_file_without_a_side_file_is_redone(tmp_path: Path, kind: str) -> None:
     path, side = staged_pair(tmp_path)
-    side.unlink()
+    side[kind].unlink()
     assert staging.read_staged_result(path) is None
 
 
-def test_delete_staged_removes_both(tmp_path: Path) -> None:
+def test_delete_staged_removes_all_three(tmp_path: Path) -> None:
     path, side = staged_pair(tmp_path)
     staging.delete_staged(path.uri)
-    assert not Path(path.uri).exists() and not side.exists()
+    assert not Path(path.uri).exists() and not any(p.exists() for p in side.values())
+
+
+def test_the_driver_reads_the_bands_file_as_the_band_column_of_the_staged_rows(
+    tmp_path: Path,
+) -> None:
+    """The bands file is keyed by rank in line order; the staged rows are in another order."""
+    path, side = staged_pair(tmp_path)
+    keys, bands_file = staging.read_keys(path.uri)
+    assert bands_file is not None and bands_file.uri == str(side["bands"])
+    # Lines 7, 1, 4 are ranks 2, 0, 1: rank 0 (line 1) and rank 2 (line 7) have bands.
+    assert keys[BANDS_COLUMN].to_pylist() == [[30, 31], [10, 11], None]
+    assert keys[staging.ROW].to_pylist() == [0, 1, 2]
 
 
 def test_chunk_sets_in_memory_match_those_of_a_file(tmp_path: Path) -> None:

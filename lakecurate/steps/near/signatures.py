@@ -104,16 +104,22 @@ def _spread(
     )
 
 
-def split_sets(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """``rows`` without the signature column, and that column's non-NULL lists as a table
-    ``(row, signature)``: ``row`` is each document's rank in the chunk's line order
+FILE_COLUMNS = {SIGNATURE_COLUMN: "signature", BANDS_COLUMN: "bands"}
+"""The list columns a worker writes to files (``lake.sets``), and their names there."""
+
+
+def split_sets(rows: pa.Table, name: str = SIGNATURE_COLUMN) -> tuple[pa.Table, pa.Table]:
+    """``rows`` without the list column ``name``, and that column's non-NULL lists as a table
+    ``(row, signature)`` (``(row, bands)`` for the band column, :data:`FILE_COLUMNS`): ``row``
+    is each document's rank in the chunk's line order
     (``source_line``, unique in a chunk), the row its key ``seq << 32 | row`` names once the
     driver has ordered the chunk, ascending. The worker writes it as the chunk's sets file
-    (``lake.sets``); the lists' values are not copied when the rows are in line order (a
-    NULL list is empty, so the valid lists' values are contiguous)."""
-    column = rows[SIGNATURE_COLUMN]
+    (the signature column) or bands file (the band column, ``lake.sets``); the lists' values
+    are not copied when the rows are in line order (a NULL list is empty, so the valid lists'
+    values are contiguous)."""
+    column = rows[name]
     col = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    rest = rows.drop_columns([SIGNATURE_COLUMN])
+    rest = rows.drop_columns([name])
     lines = np.asarray(rows["source_line"].to_numpy(), dtype=np.int64)
     valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
     order = np.arange(len(lines), dtype=np.int64)
@@ -130,7 +136,7 @@ def split_sets(rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         lists = pa.ListArray.from_arrays(pa.array(starts), col.values, type=col.type)
     else:
         lists = col.take(pa.array(signed))
-    return rest, pa.table({"row": pa.array(rank[signed]), "signature": lists})
+    return rest, pa.table({"row": pa.array(rank[signed]), FILE_COLUMNS[name]: lists})
 
 
 _BATCH_TEXT_BYTES = 16 << 20
