@@ -310,11 +310,14 @@ class NearDedupIndex:
             src, dst = self.cache.candidates(*_band_rows(_typed(docs)), below=lo)
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
-            self.con.register("nd_old_sigs", self._old_signatures(clusters=kept))
             self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
+            if kept:
+                self._settle_groups()
+            else:
+                self.con.register("nd_old_sigs", self._old("old_signatures_needed"))
             self.con.execute(
                 engine.q("dedup.chunk_edges"),
-                {"verify": self.cfg.verify, **self.near_params},
+                {"verify": self.cfg.verify, "old_edges": not kept, **self.near_params},
             )
             if kept:
                 self.con.execute(engine.q("dedup.init_labels_kept"), self.near_params)
@@ -341,15 +344,25 @@ class NearDedupIndex:
                 self.con.unregister(name)
         return result.cast(RESULT_SCHEMA)
 
-    def _old_signatures(self, *, clusters: bool) -> pa.Table:
-        """The signatures of the earlier documents the candidates (``nd_cand``) compare with,
-        and with ``clusters`` their kept documents too; none without verification."""
+    def _old(self, needed: str) -> pa.Table:
+        """The signatures of the earlier documents the named query lists (none without
+        verification)."""
         if not self.cfg.verify:
             return self.signatures.read([])
-        needed = self.con.sql(
-            engine.q("dedup.old_signatures_needed"), params={"clusters": clusters}
-        ).fetchnumpy()["doc_seq"]
-        return self.signatures.read(needed)
+        return self.signatures.read(
+            self.con.sql(engine.q(f"dedup.{needed}")).fetchnumpy()["doc_seq"]
+        )
+
+    def _settle_groups(self) -> None:
+        """Rule ``kept``: the chunk's (document, lake cluster) groups whose kept document the
+        document is near (``dedup.kept_groups``), reading the kept documents' signatures, then
+        those of the candidates that settle the rest (``nd_old_sigs`` ends holding both)."""
+        self.con.execute(engine.q("dedup.kept_pairs"))
+        self.con.execute(engine.q("dedup.kept_groups"))
+        reps = self._old("kept_reps_needed")
+        self.con.register("nd_old_sigs", reps)
+        self.con.execute(engine.q("dedup.kept_rep_check"), self.near_params)
+        self.con.register("nd_old_sigs", pa.concat_tables([reps, self._old("kept_edges_needed")]))
 
     def _chunk_signatures(self, docs: pa.Table, lo: int, sets: ChunkSets | None) -> pa.Table:
         """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``):

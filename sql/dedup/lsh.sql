@@ -116,15 +116,49 @@ WHERE m.doc_seq < n.doc_seq;
 SELECT count(*), max(doc_seq) FROM minhash_docs;
 
 -- name: old_signatures_needed
--- The earlier documents whose signatures the chunk's matching compares: candidates in the lake
--- and, with $clusters (rule `kept`), their clusters' kept documents, when the index still holds
--- them (as the joins on minhash_docs this replaces did: a signature file may outlive its rows).
-SELECT DISTINCT dst AS doc_seq FROM nd_cand WHERE old
-UNION
-SELECT DISTINCT o.cluster_id FROM nd_cand c
+-- Rule `any`: the earlier documents whose signatures the chunk's matching compares, every
+-- candidate in the lake.
+SELECT DISTINCT dst AS doc_seq FROM nd_cand WHERE old ORDER BY 1;
+
+-- name: kept_pairs
+-- Rule `kept`: the chunk's lake candidates with the cluster (kept document) of each, when the
+-- index still holds that kept document (a signature file may outlive its rows).
+CREATE OR REPLACE TEMP TABLE nd_old_pairs AS
+SELECT c.src, c.dst, o.cluster_id AS rep
+FROM nd_cand c
 JOIN minhash_docs o ON o.doc_seq = c.dst
 JOIN minhash_docs k ON k.doc_seq = o.cluster_id
-WHERE $clusters AND c.old
+WHERE c.old;
+
+-- name: kept_groups
+-- One row per (chunk document, lake cluster it has a candidate in). Rule `kept` asks of a group
+-- that the document be near the cluster's kept document AND near at least one of its candidates
+-- there; the first test settles most groups alone: when it passes and the kept document is
+-- itself a candidate (has_rep), that candidate is the near one. So a document with k earlier
+-- copies in one cluster costs one comparison, not k + 1 (issue 14: the driver's work per chunk
+-- grew with how many earlier copies a document has).
+CREATE OR REPLACE TEMP TABLE nd_groups AS
+SELECT src, rep, bool_or(dst = rep) AS has_rep FROM nd_old_pairs GROUP BY src, rep;
+
+-- name: kept_reps_needed
+SELECT DISTINCT rep AS doc_seq FROM nd_groups ORDER BY 1;
+
+-- name: kept_rep_check
+-- `nd_old_sigs` holds the kept documents' signatures (kept_reps_needed) here.
+CREATE OR REPLACE TEMP TABLE nd_groups AS
+SELECT g.src, g.rep, g.has_rep
+FROM nd_groups g
+JOIN nd_chunk_sigs s ON s.doc_seq = g.src
+JOIN nd_old_sigs r ON r.doc_seq = g.rep
+WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den);
+
+-- name: kept_edges_needed
+-- The candidates whose signatures settle the groups left: near the kept document, which is not
+-- itself a candidate.
+SELECT DISTINCT p.dst AS doc_seq
+FROM nd_groups g
+JOIN nd_old_pairs p ON p.src = g.src AND p.rep = g.rep
+WHERE NOT g.has_rep
 ORDER BY 1;
 
 -- name: chunk_signatures_needed
@@ -137,7 +171,8 @@ ORDER BY 1;
 
 -- name: chunk_edges
 -- The candidate pairs that are edges: with $verify, a pair stays only when it is near (nd_near:
--- an integer test on the signatures or the shingle sets, no float rounding decides).
+-- an integer test on the signatures or the shingle sets, no float rounding decides). Pairs with
+-- the lake only with $old_edges (rule `any`; rule `kept` settles them by cluster, kept_groups).
 CREATE OR REPLACE TEMP TABLE nd_edges AS
 WITH sigs AS (
     SELECT doc_seq, signature FROM nd_old_sigs WHERE $verify
@@ -148,8 +183,8 @@ SELECT c.src, c.dst, c.old
 FROM nd_cand c
 LEFT JOIN sigs a ON $verify AND a.doc_seq = c.src
 LEFT JOIN sigs b ON $verify AND b.doc_seq = c.dst
-WHERE NOT $verify
-   OR nd_near(a.signature, b.signature, $min_matches, $num, $den);
+WHERE ($old_edges OR NOT c.old)
+  AND (NOT $verify OR nd_near(a.signature, b.signature, $min_matches, $num, $den));
 
 -- name: init_labels
 -- Start label: the smallest cluster among the document's earlier lake neighbours, or itself.
@@ -177,19 +212,21 @@ GROUP BY l.doc_seq, l.label;
 -- not merely near some member. Start label: the smallest such cluster among the clusters of its
 -- earlier lake neighbours, or itself. Kept in nd_init: every round starts again from it (labels of
 -- this rule are not monotone between rounds, so a round must not start from the previous one).
+-- nd_groups holds the (document, cluster) pairs whose kept document the document is near
+-- (kept_rep_check); a group counts when one of its candidates is near too, the kept document
+-- itself (has_rep) or another (nd_old_sigs now holds kept_edges_needed's signatures as well).
 CREATE OR REPLACE TEMP TABLE nd_init AS
-WITH cand AS (
-    SELECT DISTINCT e.src, o.cluster_id AS rep
-    FROM nd_edges e
-    JOIN minhash_docs o ON o.doc_seq = e.dst
-    WHERE e.old
+WITH edged AS (
+    SELECT DISTINCT g.src, g.rep
+    FROM nd_groups g
+    JOIN nd_old_pairs p ON p.src = g.src AND p.rep = g.rep
+    JOIN nd_chunk_sigs s ON s.doc_seq = g.src
+    JOIN nd_old_sigs d ON d.doc_seq = p.dst
+    WHERE NOT g.has_rep AND nd_near(s.signature, d.signature, $min_matches, $num, $den)
 ), ok AS (
-    SELECT c.src, min(c.rep) AS rep
-    FROM cand c
-    JOIN nd_chunk_sigs s ON s.doc_seq = c.src
-    JOIN nd_old_sigs r ON r.doc_seq = c.rep
-    WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
-    GROUP BY c.src
+    SELECT src, min(rep) AS rep
+    FROM (SELECT src, rep FROM nd_groups WHERE has_rep UNION ALL SELECT src, rep FROM edged)
+    GROUP BY src
 )
 SELECT c.doc_seq, least(c.doc_seq, coalesce(ok.rep, c.doc_seq)) AS label
 FROM nd_chunk c

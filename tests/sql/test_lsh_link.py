@@ -302,3 +302,54 @@ def test_exact_verification_matches_the_reference(link: band_index.Link) -> None
         idx = new_index(link, threads, EXACT)
         assert run(idx, data, sizes, shuffle) == expected
         idx.con.close()
+
+
+def test_a_lake_cluster_whose_kept_document_is_not_a_candidate() -> None:
+    """Rule ``kept`` settles a lake cluster by its kept document first; when that is not among a
+    document's candidates, the candidates it has in the cluster must still give a verified edge.
+    Made by hand (signatures and bands, not texts): A is kept and B near it (both chunk 0); C, D
+    and E (chunk 1) share a band with B only, each its own. C is near A and B: joins A. D is
+    near B, not A: a cluster of its own. E is near A, not B: no verified edge, a cluster of its
+    own."""
+    perm = CFG.num_perm
+    bands_n = mh.layout(CFG)[0]
+    a = np.arange(perm, dtype=np.uint32)
+
+    def changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
+        out = base.copy()
+        out[lo:hi] = tag * 1000 + np.arange(lo, hi, dtype=np.uint32)
+        return out
+
+    b = changed(a, 0, 10, 1)
+    sigs = {
+        "A": a,
+        "B": b,
+        "C": changed(a, 10, 20, 2),  # 118 equal with A, 108 with B
+        "D": changed(b, 10, 40, 3),  # 88 with A (< NEED), 98 with B
+        "E": changed(a, 10, 46, 4),  # 92 with A, 82 with B
+    }
+    assert sum(sigs["D"] == a) < NEED <= sum(sigs["C"] == b) and sum(sigs["E"] == b) < NEED
+    unique = iter(range(10_000, 20_000))
+
+    def bands_of(shared: dict[int, int]) -> list[int]:
+        return [shared.get(i, next(unique)) for i in range(bands_n)]
+
+    bands = {  # B shares one band with each of C, D and E, which share none with each other
+        "A": bands_of({0: 1}),
+        "B": bands_of({0: 1, 1: 2, 2: 3, 3: 4}),
+        **{name: bands_of({i: i + 1}) for i, name in enumerate("CDE", start=1)},
+    }
+    idx = new_index("kept")
+    got = {}
+    for ordinal, names in enumerate(["AB", "CDE"]):
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(ordinal, np.arange(len(names))),
+            list(names),
+            pa.array([sigs[n].tolist() for n in names], pa.list_(pa.uint32())),
+            pa.array([bands[n] for n in names], pa.list_(pa.uint64())),
+        )
+        result = idx.match_chunk(table)
+        idx.add_chunk(table, result)
+        got.update(zip(names, result["dup_of"].to_pylist(), strict=True))
+    idx.con.close()
+    assert got == {"A": None, "B": "A", "C": "A", "D": None, "E": None}
