@@ -31,6 +31,11 @@ class LakeError(LakecurateError):
     """The lake folder is missing, foreign or in a state lakecurate cannot use."""
 
 
+class IndexFilesError(LakeError):
+    """A near-dedup signature or band file is missing or unreadable: derived data, which
+    ``verify --repair`` rebuilds from the table (never read as "no candidates")."""
+
+
 class LockedError(LakeError):
     """Another process holds the lake's writer lock."""
 

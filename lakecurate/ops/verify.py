@@ -35,6 +35,7 @@ from lakecurate import engine
 from lakecurate.config import Config
 from lakecurate.errors import (
     BusyError,
+    IndexFilesError,
     LakeError,
     disk_full,
     is_disk_full,
@@ -344,7 +345,11 @@ def _check_bands(
             report.problems.append(f"chunk {key} is missing from the near-dedup band index")
         kinds = [signatures.bands(), *([signatures] if cfg.near_dedup.verify else [])]
         for files in kinds:
-            stored = pa.table({"doc_seq": files.doc_seqs()})
+            try:
+                stored = pa.table({"doc_seq": files.doc_seqs()})
+            except IndexFilesError as exc:  # derived data: --repair rebuilds it
+                report.problems.append(one_line(exc))
+                continue
             con.register("signed_docs", stored)
             try:
                 (unsigned,) = con.execute(

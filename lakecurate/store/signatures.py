@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakecurate.errors import LakeError
+from lakecurate.errors import IndexFilesError
 from lakecurate.lake import sets
 from lakecurate.lake.storage import Location
 
@@ -258,9 +258,9 @@ class ChunkSets:
             files.write(self._table)
 
 
-def _missing(what: str, column: str) -> LakeError:
+def _missing(what: str, column: str) -> IndexFilesError:
     kind = "signature" if column == "signature" else "band"
-    return LakeError(
+    return IndexFilesError(
         f"the near-dedup {kind} files are incomplete: {what}; run `lakecurate verify "
         "--repair` to rebuild the near-dedup index from the table"
     )

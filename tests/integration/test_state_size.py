@@ -15,6 +15,7 @@ import pytest
 from helpers import NEAR_CONFIG, lake_rows, near_decisions
 
 from lakecurate import Lake
+from lakecurate.errors import LakeError
 from lakecurate.lake.paths import LakePaths
 from lakecurate.store.signatures import SignatureFiles
 
@@ -149,3 +150,36 @@ def test_state_bytes_per_document_stay_small(near_cfg: Path, tmp_path: Path) -> 
     assert size / (2 * n) < 700, f"state holds {size / (2 * n):.0f} bytes per document"
     assert (size - first) / n < 700, f"state grew by {(size - first) / n:.0f} bytes per document"
     assert len(SignatureFiles(LakePaths(tmp_path / "lake").signatures).doc_seqs()) == signed
+
+
+def test_a_torn_band_file_stops_the_ingest_with_the_repair_to_run(
+    near_cfg: Path, tmp_path: Path
+) -> None:
+    """A band file cut short (a disk error, a hand edit) is never read as "no candidates": the
+    next ingest stops naming ``verify --repair``, commits nothing, and after the repair the
+    lake decides as one that was never damaged."""
+    docs = tmp_path / "a.jsonl"
+    docs.write_text(
+        "".join(json.dumps({"id": f"a{i}", "text": t}) + "\n" for i, t in enumerate(_texts(60)))
+    )
+    more = tmp_path / "b.jsonl"
+    more.write_text(
+        "".join(
+            json.dumps({"id": f"b{i}", "text": t}) + "\n" for i, t in enumerate(_texts(60, seed=0))
+        )
+    )
+    damaged, clean = tmp_path / "damaged", tmp_path / "clean"
+    for root in (damaged, clean):
+        assert Lake.open(root).ingest([docs], config=near_cfg).ok
+    (band_file,) = (LakePaths(damaged).index / "bands").iterdir()
+    band_file.write_bytes(band_file.read_bytes()[:100])
+    before = lake_rows(damaged)
+    with pytest.raises(LakeError, match="verify --repair"):
+        Lake.open(damaged).ingest([more])
+    assert lake_rows(damaged) == before
+    assert Lake.open(damaged).verify(repair=True).repaired
+    for root in (damaged, clean):
+        assert Lake.open(root).ingest([more]).ok
+    assert lake_rows(damaged) == lake_rows(clean)
+    assert near_decisions(damaged) == near_decisions(clean)
+    assert any(r[5] == "near_dup" for r in lake_rows(clean))  # the second file met the first
