@@ -198,3 +198,19 @@ def test_take_reads_the_rows_asked_for_by_runs(tmp_path: Path) -> None:
         at = np.unique(rng.integers(0, 300, rng.integers(1, 120)))
         at = np.union1d(at, [0, 299]) if rng.random() < 0.5 else at
         assert file.take(at).to_pylist() == [lists[i] for i in at]
+
+
+def test_a_staged_file_of_the_layout_before_keeps_its_band_column(tmp_path: Path) -> None:
+    """Staged before bands files (a run cut off, then resumed by this version): the band
+    hashes are a column of the staged file, and the driver decides from it."""
+    path = Location(str(tmp_path / "k.h.parquet"))
+    rows = pa.table(
+        {
+            "source_line": pa.array([1, 2], pa.int64()),
+            BANDS_COLUMN: pa.array([[5, 6], None], U64),
+        }
+    )
+    staging.write_atomic_parquet(rows, path)
+    keys, bands_file = staging.read_keys(path.uri)
+    assert bands_file is None
+    assert keys[BANDS_COLUMN].to_pylist() == [[5, 6], None]
