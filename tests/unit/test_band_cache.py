@@ -139,3 +139,22 @@ def test_a_change_the_cache_did_not_make_reloads_it(
     forget(con, 5)
     insert(con, files, cache, chunk(rng, 5, 30))
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
+
+
+def test_a_merge_keeps_every_row_in_hash_order() -> None:
+    from lakecurate.store.band_cache import _Run
+
+    rng = np.random.default_rng(3)
+
+    def run(n: int) -> _Run:
+        hashes = rng.integers(0, 50, n).astype(np.uint64)  # many equal hashes across runs
+        return _Run(hashes, rng.integers(0, 4, n).astype(np.uint8), rng.integers(0, 10**9, n))
+
+    a, b = run(300), run(120)
+    m = a.merged(b)
+    assert (np.diff(m.hashes.astype(np.int64)) >= 0).all()
+
+    def rows(r: _Run) -> list[tuple[int, int, int]]:
+        return sorted(zip(r.hashes.tolist(), r.bands.tolist(), r.seqs.tolist(), strict=True))
+
+    assert rows(m) == sorted(rows(a) + rows(b))
