@@ -214,3 +214,11 @@ def test_a_staged_file_of_the_layout_before_keeps_its_band_column(tmp_path: Path
     keys, bands_file = staging.read_keys(path.uri)
     assert bands_file is None
     assert keys[BANDS_COLUMN].to_pylist() == [[5, 6], None]
+
+
+def test_the_digest_a_write_returns_is_the_file_s(tmp_path: Path) -> None:
+    """Hashed while written (the worker does not read the file back): the seal must still be
+    the file's own sha256, or every staged chunk would be redone on resume."""
+    path = tmp_path / "s.arrow"
+    lists = [[i, i + 1] for i in range(5000)]
+    assert write_sets(path, list(range(5000)), lists) == sets.digest(Location(str(path)))
