@@ -271,7 +271,7 @@ class Committer:
         seq: int,
         intent_ns: int,
         sets_file: Location | None = None,
-        bands_file: Location | None = None,
+        bands_file: sets.SetsFile | None = None,
     ) -> tuple[pa.Table, Decided, Callable[[], None]]:
         """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
         columns; ``sets_file``, ``bands_file``: the worker's files of its near-dedup sets and

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate.errors import LakeError
+from lakecurate.lake.sets import SetsFile
 from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.store import band_index
@@ -37,7 +38,7 @@ class NearDedup:
         rows: pa.Table,
         seq: int,
         sets_file: Location | None = None,
-        bands_file: Location | None = None,
+        bands_file: SetsFile | None = None,
     ) -> tuple[pa.Table, int, Callable[[], None]]:
         """Decide a chunk (rows sorted by source_line, with the band column, and the signature
         column unless ``sets_file``, the worker's sets file of the chunk, holds the sets;

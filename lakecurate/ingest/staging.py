@@ -138,11 +138,11 @@ def read_staged(path: str, columns: list[str] | None = None) -> pa.Table:
     return rows.replace_schema_metadata(None)
 
 
-def read_keys(path: str) -> tuple[pa.Table, Location | None]:
+def read_keys(path: str) -> tuple[pa.Table, sets.SetsFile | None]:
     """The columns the driver decides a staged chunk on (the band hashes too, and the sets
     when a file of the layout before holds them), plus each row's position; the text is never
-    read. The band hashes come from the bands file when there is one (returned too: it
-    becomes the commit's band file), put in as the column a staged file used to hold."""
+    read. The band hashes come from the bands file when there is one (returned too, opened:
+    it becomes the commit's band file), put in as the column a staged file used to hold."""
     loc = Location(path)
     schema = pq.read_schema(loc.fs_path, filesystem=loc.fs)
     names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in schema.names]
@@ -150,8 +150,8 @@ def read_keys(path: str) -> tuple[pa.Table, Location | None]:
     keys = keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
     if BANDS_KEY not in (schema.metadata or {}):
         return keys, None
-    bands = sets.beside(path, sets.BANDS_SUFFIX)
-    return keys.append_column(BANDS_COLUMN, _bands_by_row(keys, sets.SetsFile(bands))), bands
+    bands = sets.SetsFile(sets.beside(path, sets.BANDS_SUFFIX))
+    return keys.append_column(BANDS_COLUMN, _bands_by_row(keys, bands)), bands
 
 
 def _bands_by_row(keys: pa.Table, file: sets.SetsFile) -> pa.Array:

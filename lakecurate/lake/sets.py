@@ -51,9 +51,6 @@ def schema(column: str = "signature") -> pa.Schema:
     )
 
 
-SCHEMA = schema()
-
-
 def beside(staged: str, suffix: str = SUFFIX) -> Location:
     """The sets file (or with ``BANDS_SUFFIX`` the bands file) that goes with the staged file
     at ``staged`` (a ``Location`` URI)."""

@@ -358,9 +358,8 @@ def _check_bands(
             finally:
                 con.unregister("signed_docs")
             if unsigned:
-                kind = "band" if files.column == "bands" else "signature"
                 report.problems.append(
-                    f"the near-dedup {kind} files lack {unsigned} indexed document(s)"
+                    f"the near-dedup {files.kind} files lack {unsigned} indexed document(s)"
                 )
 
 

@@ -267,10 +267,12 @@ class NearDedupIndex:
             )
         # Layouts before kept what is now in files in the database: move it out once (a kill
         # before the drop leaves it in, and the next open writes the same files again).
-        self._move_out("signature_column", "old_signature_seqs", "old_signatures_of_seq")
-        self._move_out("bands_table", "indexed_seqs", "old_bands_of_seq")
+        self._move_out(
+            "signature_column", "old_signature_seqs", "old_signatures_of_seq", self.signatures
+        )
+        self._move_out("bands_table", "indexed_seqs", "old_bands_of_seq", self.bands)
 
-    def _move_out(self, what: str, seqs: str, rows_of_seq: str) -> None:
+    def _move_out(self, what: str, seqs: str, rows_of_seq: str, files: SignatureFiles) -> None:
         """Write a part of the index the database held (``what``) to its files, one per commit
         seq, then drop it: the signatures, once a column of ``minhash_docs`` (about half of
         ``state.duckdb``), and the band rows, once the table ``minhash_bands`` (17 bytes per
@@ -278,7 +280,6 @@ class NearDedupIndex:
         ((has,),) = self.con.execute(engine.q(f"dedup.has_{what}")).fetchall()
         if not has:
             return
-        files = self.signatures if what == "signature_column" else self.bands
         for (seq,) in self.con.execute(engine.q(f"dedup.{seqs}")).fetchall():
             rows = self.con.sql(engine.q(f"dedup.{rows_of_seq}"), params={"seq": seq})
             files.write(rows.to_arrow_table())

@@ -56,8 +56,8 @@ def keyed_schema(column: str = "signature") -> pa.Schema:
     )
 
 
-SCHEMA = keyed_schema()
-NOUNS = {"signature": "signatures", "bands": "band hashes"}
+KINDS = {"signature": ("signature", "signatures"), "bands": ("band", "band hashes")}
+"""Per list column: what its files are called in messages, and what they hold."""
 
 
 @dataclass
@@ -99,7 +99,9 @@ class _Keyed:
         have = self.doc_seq
         at = np.minimum(np.searchsorted(have, asked), max(len(have) - 1, 0)).astype(np.int64)
         if len(asked) and (len(have) == 0 or (have[at] != asked).any()):
-            raise _missing(f"{what} lacks {NOUNS[self.column]} of indexed documents", self.column)
+            raise _missing(
+                f"{what} lacks {KINDS[self.column][1]} of indexed documents", self.column
+            )
         return pa.table(
             [pa.array(asked, pa.int64()), self.lists(at)], schema=keyed_schema(self.column)
         )
@@ -115,6 +117,7 @@ class SignatureFiles:
         self.folder = folder
         self.column = column
         self.schema = keyed_schema(column)
+        self.kind = KINDS[column][0]  # "signature" or "band", as messages name the files
         self._memory: dict[int, _Keyed] = {}
 
     def bands(self) -> SignatureFiles:
@@ -165,7 +168,7 @@ class SignatureFiles:
         """Every row stored for commit ``seq`` (:attr:`schema`): a band file, read whole."""
         stored = self._load(seq)
         if stored is None:
-            raise _missing(f"no {NOUNS[self.column]} of commit seq {seq}", self.column)
+            raise _missing(f"no {KINDS[self.column][1]} of commit seq {seq}", self.column)
         return stored.table()
 
     def read(self, doc_seqs: npt.ArrayLike) -> pa.Table:
@@ -176,7 +179,7 @@ class SignatureFiles:
         for seq in np.unique(wanted >> ROW_BITS).tolist():
             stored = self._load(seq)
             if stored is None:
-                raise _missing(f"no {NOUNS[self.column]} of commit seq {seq}", self.column)
+                raise _missing(f"no {KINDS[self.column][1]} of commit seq {seq}", self.column)
             asked = wanted[(wanted >> ROW_BITS) == seq]
             parts.append(stored.read(asked, f"commit seq {seq}"))
         if not parts:
@@ -224,7 +227,7 @@ class ChunkSets:
     ) -> None:
         self.seq = seq
         self._keyed = keyed
-        self._table = table  # the in-memory sets (SCHEMA), when there is no file
+        self._table = table  # the in-memory sets (keyed_schema), when there is no file
         self.file = file
 
     @classmethod
@@ -235,9 +238,9 @@ class ChunkSets:
         return cls(seq, _Keyed.of_table(table), table, None)
 
     @classmethod
-    def of_file(cls, seq: int, path: Location) -> ChunkSets:
-        """From the worker's sets file at ``path``."""
-        file = sets.SetsFile(path)
+    def of_file(cls, seq: int, path: Location | sets.SetsFile) -> ChunkSets:
+        """From the worker's sets (or bands) file at ``path``, or already opened."""
+        file = path if isinstance(path, sets.SetsFile) else sets.SetsFile(path)
         return cls(seq, _Keyed.of_file(file, seq), None, file)
 
     def rows(self) -> npt.NDArray[np.int64]:
@@ -259,8 +262,7 @@ class ChunkSets:
 
 
 def _missing(what: str, column: str) -> IndexFilesError:
-    kind = "signature" if column == "signature" else "band"
     return IndexFilesError(
-        f"the near-dedup {kind} files are incomplete: {what}; run `lakecurate verify "
+        f"the near-dedup {KINDS[column][0]} files are incomplete: {what}; run `lakecurate verify "
         "--repair` to rebuild the near-dedup index from the table"
     )

@@ -168,7 +168,7 @@ def test_the_driver_reads_the_bands_file_as_the_band_column_of_the_staged_rows(
     """The bands file is keyed by rank in line order; the staged rows are in another order."""
     path, side = staged_pair(tmp_path)
     keys, bands_file = staging.read_keys(path.uri)
-    assert bands_file is not None and bands_file.uri == str(side["bands"])
+    assert bands_file is not None and bands_file.path.uri == str(side["bands"])
     # Lines 7, 1, 4 are ranks 2, 0, 1: rank 0 (line 1) and rank 2 (line 7) have bands.
     assert keys[BANDS_COLUMN].to_pylist() == [[30, 31], [10, 11], None]
     assert keys[staging.ROW].to_pylist() == [0, 1, 2]
