@@ -15,6 +15,7 @@ nothing half-written stays in the table.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -86,7 +87,9 @@ class Decided:
 
 
 _POSITION = "_staged_position"
-"""A row's place in the chunk as handed to ``Committer.decide``, to put its lists back."""
+"""A row's place in the batch as handed to ``Committer.decide``, to put its lists back."""
+_BATCH = "_batch"
+"""A row's chunk: its place in the batch handed to ``Committer.decide`` (``commit.decide``)."""
 
 
 class Committer:
@@ -109,8 +112,13 @@ class Committer:
         self._scratch_con: duckdb.DuckDBPyConnection | None = None
 
     # -- decisions -------------------------------------------------------------------------
-    def decide(self, staged: pa.Table) -> pa.Table:
-        """Apply the lake-wide decisions (duplicate ids, exact duplicates) to a staged chunk."""
+    def decide(self, batch: Sequence[pa.Table]) -> list[pa.Table]:
+        """Apply the lake-wide decisions (duplicate ids, exact duplicates) to staged chunks
+        taken in commit order, each decided against the lake and the chunks before it: one
+        query for the batch (its fixed cost was most of a small chunk's decision)."""
+        if len({t.schema for t in batch}) > 1:  # staged files of two layouts: one at a time
+            return [rows for t in batch for rows in self.decide([t])]
+        staged = pa.concat_tables(batch)
         not_malformed = pc.invert(
             pc.fill_null(pc.starts_with(staged["reason"], "malformed:"), False)
         )
@@ -128,8 +136,11 @@ class Committer:
         # out of DuckDB, whose windows would copy them several times; they are put back by
         # position afterwards.
         lists = [c for c in (SIGNATURE_COLUMN, BANDS_COLUMN) if c in staged.column_names]
-        narrow = staged.drop_columns(lists).append_column(
-            _POSITION, pa.array(np.arange(staged.num_rows, dtype=np.int64))
+        sizes = [t.num_rows for t in batch]
+        narrow = (
+            staged.drop_columns(lists)
+            .append_column(_POSITION, pa.array(np.arange(staged.num_rows, dtype=np.int64)))
+            .append_column(_BATCH, pa.array(np.repeat(np.arange(len(batch)), sizes)))
         )
         con = self._scratch()
         con.register("staged", narrow)
@@ -145,7 +156,10 @@ class Committer:
         at = rows[_POSITION]
         for name in lists:
             rows = rows.append_column(name, staged[name].take(at))
-        return rows.select(staged.schema.names).cast(staged.schema)
+        rows = rows.select(staged.schema.names).cast(staged.schema)
+        # Ordered by chunk, then line: each chunk's rows are one slice.
+        starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        return [rows.slice(a, b - a) for a, b in itertools.pairwise(starts)]
 
     def _scratch(self) -> duckdb.DuckDBPyConnection:
         """One in-memory DuckDB for the driver's per-chunk SQL (opening one costs ~10 ms)."""
@@ -177,40 +191,62 @@ class Committer:
         return [*steps, *lake]  # type: ignore[list-item]
 
     # -- the protocol ----------------------------------------------------------------------
-    def stage(self, spec: ChunkSpec, result: ChunkResult) -> FinaliseOrder:
-        """Decide one staged chunk from its keys, write its index rows ahead, and add it to
-        the open group; returns the order a worker turns into its data files
-        (``files_written`` hands them back, ``commit_group`` commits them). Chunks are staged
-        in commit order."""
-        keys, bands_file = read_keys(result.staged_path)
+    def stage(self, items: Sequence[tuple[ChunkSpec, ChunkResult]]) -> list[FinaliseOrder]:
+        """Decide staged chunks from their keys, in commit order, write their intents and
+        index rows ahead, and add them to the open group; returns the orders workers turn
+        into their data files (``files_written`` hands them back, ``commit_group`` commits
+        them). A batch is decided by one query and recorded by one state transaction; with
+        near dedup on, one chunk at a time (its band index must hold the chunk before)."""
+        if self.near is not None and len(items) > 1:
+            return [order for item in items for order in self.stage([item])]
+        keyed = [(spec, result, *read_keys(result.staged_path)) for spec, result in items]
         intent_ns = time.time_ns()
-        # The seq comes first: near dedup orders documents by it. The intent and the index
+        # The seqs come first: near dedup orders documents by them. The intents and the index
         # rows written ahead are then one state transaction.
-        seq = self.state.next_seq()
-        # The sets verification compares are in the worker's sets file, read only for the
-        # candidates (a staged file of the layout before holds them as a column).
-        in_file = BANDS_COLUMN in keys.column_names and SIGNATURE_COLUMN not in keys.column_names
-        sets_file = sets.beside(result.staged_path) if in_file else None
-        rows, decided, ahead = self._decide(
-            spec, result, keys, seq, intent_ns, sets_file, bands_file
+        first = self.state.next_seq()
+        batch: list[tuple[pa.Table, Decided, Callable[[], None]]] = []
+        for (spec, result, keys, bands_file), rows in zip(
+            keyed, self.decide([k[2] for k in keyed]), strict=True
+        ):
+            # The sets verification compares are in the worker's sets file, read only for the
+            # candidates (a staged file of the layout before holds them as a column).
+            in_file = (
+                BANDS_COLUMN in keys.column_names and SIGNATURE_COLUMN not in keys.column_names
+            )
+            sets_file = sets.beside(result.staged_path) if in_file else None
+            seq = first + len(batch)
+            batch.append(self._decide(spec, result, rows, seq, intent_ns, sets_file, bands_file))
+
+        def ahead() -> None:
+            for _, _, write in batch:
+                write()
+
+        self.state.begin_appends(
+            [d.seq for _, d, _ in batch],
+            [d.key for _, d, _ in batch],
+            self.run_id,
+            self.delta.version(),
+            ahead,
         )
-        self.state.begin_commit(
-            "APPEND", [result.chunk_key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
-        )
-        faults.hit("index_ahead", decided.key)
-        self.group.append(decided)
-        # A name no other order has: a worker still writing for an order of a run that
-        # died (and whose seq this run reuses) must not write over this one's files.
-        name = f"part-{seq:08d}-{uuid.uuid4().hex[:16]}"
-        return FinaliseOrder(
-            decided.key,
-            seq,
-            result.staged_path,
-            self.delta.loc.uri,
-            patch_of(keys, rows),
-            name,
-            self.rejected_text,
-        )
+        orders = []
+        for (_, _, keys, _), (rows, decided, _) in zip(keyed, batch, strict=True):
+            faults.hit("index_ahead", decided.key)
+            self.group.append(decided)
+            # A name no other order has: a worker still writing for an order of a run that
+            # died (and whose seq this run reuses) must not write over this one's files.
+            name = f"part-{decided.seq:08d}-{uuid.uuid4().hex[:16]}"
+            orders.append(
+                FinaliseOrder(
+                    decided.key,
+                    decided.seq,
+                    decided.result.staged_path,
+                    self.delta.loc.uri,
+                    patch_of(keys, rows),
+                    name,
+                    self.rejected_text,
+                )
+            )
+        return orders
 
     def files_written(self, key: str, files: list[DataFile]) -> None:
         """A finalise is back: the data files of ``key`` (a chunk of the open group)."""
@@ -267,19 +303,18 @@ class Committer:
         self,
         spec: ChunkSpec,
         result: ChunkResult,
-        staged: pa.Table,
+        rows: pa.Table,
         seq: int,
         intent_ns: int,
         sets_file: Location | None = None,
         bands_file: sets.SetsFile | None = None,
     ) -> tuple[pa.Table, Decided, Callable[[], None]]:
-        """The lake-wide decisions of one chunk (``staged``: its rows, or only their key
-        columns; ``sets_file``, ``bands_file``: the worker's files of its near-dedup sets and
-        bands, when there are), its record, and what writes its index rows and bands ahead of
-        its Delta commit (inside the caller's state transaction: the next chunk is decided
-        against them)."""
+        """The rest of one chunk's lake-wide decisions (``rows``: its rows, or only their key
+        columns, through ``decide``; ``sets_file``, ``bands_file``: the worker's files of its
+        near-dedup sets and bands, when there are), its record, and what writes its index rows
+        and bands ahead of its Delta commit (inside the caller's state transaction: the next
+        chunk is decided against them)."""
         key = result.chunk_key
-        rows = self.decide(staged)
         funnel = self._funnel(result.filter_stats, rows)
         near_writer = None
         if self.near is not None and BANDS_COLUMN in rows.column_names:
@@ -418,6 +453,7 @@ class Committer:
         intent_ns = time.time_ns()
         seq = self.state.next_seq()
         self.redecided += 1
+        (rows,) = self.decide([rows])
         rows, decided, ahead = self._decide(spec, result, rows, seq, intent_ns)
         self.state.begin_commit(
             "REDECIDE", [key], self.run_id, self.delta.version(), seq=seq, ahead=ahead

@@ -39,6 +39,9 @@ from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, Pla
 HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
+BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
+SMALL_CHUNK_BYTES = 8 * 1024**2  # chunks smaller than this are dispatched several per worker
+SMALL_TASKS = 16  # at most this many tasks submitted per worker
 
 
 class Executor(Protocol):
@@ -148,6 +151,7 @@ class Scheduler:
         self.group_bytes = 0  # input bytes of the committer's open group
         self.group_opened = 0.0
         self.group_closed = False  # full, or open too long: commit once its files are back
+        self.held_since = 0.0  # since when a short run of finished chunks waits for more
         self.finalising: dict[str, FinaliseOrder] = {}  # in a worker now
         self.finalise_attempts: dict[str, int] = {}
         self.plan_attempts: dict[str, int] = {}
@@ -179,8 +183,11 @@ class Scheduler:
                 ):
                     break
                 timeout = POLL_SECONDS
-                if self.retry_at:
-                    timeout = max(0.0, min(timeout, min(self.retry_at.values()) - time.monotonic()))
+                wake = [*self.retry_at.values()]
+                if self.held_since:
+                    wake.append(self.held_since + BATCH_HOLD_SECONDS)
+                if wake:
+                    timeout = max(0.0, min(timeout, min(wake) - time.monotonic()))
                 if self.executor.inflight():
                     for outcome in self.executor.collect(timeout):
                         self.collect(outcome)
@@ -228,7 +235,9 @@ class Scheduler:
         than that are known, else the first chunk in key order; a chunk already staged by an
         earlier run goes straight to the commit frontier."""
         going: list[ChunkSpec] = []
-        room = 2 * self.executor.workers
+        room, refill = self._depth()
+        if self.executor.inflight() > refill:
+            return
         while self.executor.inflight() + len(going) < room:
             if self.planner.unsent and len(self.queue) < room:
                 self._plan_order(self.planner.order(self.planner.unsent.popleft().path))
@@ -352,18 +361,7 @@ class Scheduler:
         passed over), until the open group closes (full, open too long, or the frontier at
         the end); commit it once every finalise of it is back."""
         while True:
-            barrier = self.planner.barrier()
-            while self.frontier < len(self.commit_order) and not self.group_closed:
-                key = self.commit_order[self.frontier]
-                if barrier is not None and key >= barrier:
-                    break  # an input still being planned may have chunks before it
-                if key in self.dead:
-                    self.frontier += 1
-                elif key in self.results:
-                    self._stage(self.by_key[key], self.results.pop(key))
-                    self.frontier += 1
-                else:
-                    break
+            self._decide_ready()
             if self.committer.group and (
                 self.frontier >= len(self.commit_order)
                 or time.monotonic() - self.group_opened >= self.cfg.ingest.commit_seconds
@@ -372,6 +370,47 @@ class Scheduler:
             if not (self.group_closed and self.committer.group_ready):
                 return
             self.flush()  # and on: the next group may be ready at the frontier already
+
+    def _decide_ready(self) -> None:
+        """Decide the run of finished chunks at the frontier as one batch (DEAD ones are
+        passed over), up to what the open group takes. A short run whose next chunk is still
+        being worked on waits a little for it (``BATCH_HOLD_SECONDS``), so that small chunks
+        are decided many at a time (a decision's fixed cost is most of a small chunk's)."""
+        barrier = self.planner.barrier()
+        at, keys = self.frontier, list[str]()
+        ready: list[tuple[ChunkSpec, ChunkResult]] = []
+        while at < len(self.commit_order) and not self._full(ready):
+            key = self.commit_order[at]
+            if barrier is not None and key >= barrier:
+                break  # an input still being planned may have chunks before it
+            if key in self.dead:
+                at += 1
+                if not keys:
+                    self.frontier = at
+            elif key in self.results:
+                keys.append(key)
+                ready.append((self.by_key[key], self.results[key]))
+                at += 1
+            else:
+                break
+        if not ready:
+            return
+        coming = (
+            at < len(self.commit_order)
+            and not self._full(ready)
+            and (barrier is None or self.commit_order[at] < barrier)
+            and self.executor.inflight() > 0
+        )
+        now = time.monotonic()
+        if coming and len(ready) < self._depth()[0] // 2:
+            self.held_since = self.held_since or now
+            if now - self.held_since < BATCH_HOLD_SECONDS:
+                return
+        self.held_since = 0.0
+        for key in keys:
+            del self.results[key]
+        self.frontier = at
+        self._stage(ready)
 
     def flush(self) -> None:
         """One Delta commit for the decided chunks of the open group (their files are back)."""
@@ -394,20 +433,38 @@ class Scheduler:
             self.published = time.monotonic()
 
     # -- helpers --------------------------------------------------------------------------
-    def _stage(self, spec: ChunkSpec, result: ChunkResult) -> None:
-        """Decide the chunk at the frontier and send it to be finalised; close its group once
-        the group is full."""
+    def _full(self, ready: list[tuple[ChunkSpec, ChunkResult]]) -> bool:
+        """The open group, with the chunks ``ready`` to join it, takes no more."""
+        if self.group_closed:
+            return True
+        ing = self.cfg.ingest
+        chunks = len(self.committer.group) + len(ready)
+        return chunks > 0 and (
+            chunks >= ing.commit_chunks
+            or self.group_bytes + sum(s.input_bytes for s, _ in ready) >= ing.commit_bytes
+            or ing.commit_seconds == 0
+        )
+
+    def _stage(self, ready: list[tuple[ChunkSpec, ChunkResult]]) -> None:
+        """Decide the chunks at the frontier (one batch) and send each to be finalised; close
+        their group once it is full."""
         if not self.committer.group:
             self.group_opened = time.monotonic()
-        self._finalise(self.committer.stage(spec, result))
-        self.group_bytes += spec.input_bytes
-        ing = self.cfg.ingest
-        if (
-            len(self.committer.group) >= ing.commit_chunks
-            or self.group_bytes >= ing.commit_bytes
-            or ing.commit_seconds == 0
-        ):
-            self.group_closed = True
+        for order in self.committer.stage(ready):
+            self._finalise(order)
+        self.group_bytes += sum(spec.input_bytes for spec, _ in ready)
+        self.group_closed = self._full([])  # the group as it is now
+
+    def _depth(self) -> tuple[int, int]:
+        """How many tasks to keep submitted, and at how many in flight to submit more: two per
+        worker, refilled at once; with small chunks up to ``SMALL_TASKS`` per worker, refilled
+        when half are back, so that their dispatch and their decisions are made many at a time
+        (a worker's task round trip and the driver's transactions cost more than such a chunk)."""
+        per_worker = min(
+            SMALL_TASKS, max(2, SMALL_CHUNK_BYTES // max(1, self.cfg.ingest.chunk_size))
+        )
+        room = per_worker * self.executor.workers
+        return room, room // 2 if per_worker > 2 else room
 
     def _plan_order(self, order: PlanOrder) -> None:
         self.plan_attempts[order.path] = self.plan_attempts.get(order.path, 0) + 1

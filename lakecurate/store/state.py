@@ -316,14 +316,16 @@ class StateStore:
         seq: int | None = None,
         ahead: Callable[[], None] | None = None,
     ) -> int:
-        """Record the intent of a Delta commit (and its chunks as COMMITTING); returns seq.
+        """Record the intent of a Delta commit other than an APPEND (``begin_appends``);
+        returns seq.
 
         A SUPERSEDE also queues the chunks it makes stale (``redecide``) in the same
         transaction; a REDECIDE leaves its chunk SUCCESS (its old rows stay until the new ones
-        replace them in one Delta commit). An APPEND decided with ``seq`` (``next_seq``: the
-        lock makes us the only writer) writes its index rows ahead (``ahead``) in the same
+        replace them in one Delta commit), decided with ``seq`` (``next_seq``: the lock makes
+        us the only writer) and its index rows written ahead (``ahead``) in the same
         transaction: one commit, one fsync.
         """
+        assert kind != "APPEND", "APPEND intents go through begin_appends"
         with self.transaction():
             if seq is None:
                 seq = int(self._one("state.next_seq"))
@@ -340,9 +342,6 @@ class StateStore:
             ).fetchall()
             if not inserted:
                 raise RuntimeError(f"commit seq {seq} was taken meanwhile")
-            if kind == "APPEND":
-                self._event(keys, Status.COMMITTING, f"commit seq {seq}", run_id)
-                self._x("state.mark_committing", {"seq": seq, "keys": list(keys)})
             if redecide:
                 self._event(
                     redecide,
@@ -355,6 +354,30 @@ class StateStore:
             if ahead is not None:
                 ahead()
         return seq
+
+    def begin_appends(
+        self,
+        seqs: Sequence[int],
+        keys: Sequence[str],
+        run_id: str,
+        version_before: int,
+        ahead: Callable[[], None],
+    ) -> None:
+        """Record the intents of a batch of chunks decided in commit order, one APPEND each
+        (``seqs``: consecutive from ``next_seq``), their chunks COMMITTING, and their index
+        rows written ahead (``ahead``): one transaction, one fsync, whatever the batch's size
+        (a chunk's own transaction cost more than its decision on small chunks)."""
+        params = {"seqs": list(seqs), "keys": list(keys), "run_id": run_id}
+        with self.transaction():
+            inserted = self._x(
+                "state.insert_appends",
+                params | {"intent_ns": time.time_ns(), "version_before": version_before},
+            ).fetchall()
+            if len(inserted) != len(seqs):
+                raise RuntimeError(f"commit seq {seqs[0]} was taken meanwhile")
+            self._x("state.event_committing", params)
+            self._x("state.mark_committing", {"seqs": list(seqs), "keys": list(keys)})
+            ahead()
 
     def next_seq(self) -> int:
         """The seq the next ``begin_commit`` will take."""

@@ -1,13 +1,16 @@
--- Driver-side decisions for one staged chunk, made in chunk-key order (first seen wins).
--- The worker already dropped malformed records and filtered documents; here every remaining
--- candidate is checked against the whole lake: a document id seen before (an overlapping
--- snapshot) is skipped as `duplicate_id`, then content seen before, or earlier in this chunk,
--- is an `exact_dup` of the first document that had it.
+-- Driver-side decisions for a batch of staged chunks, made in chunk-key order (first seen
+-- wins). The worker already dropped malformed records and filtered documents; here every
+-- remaining candidate is checked against the whole lake: a document id seen before (an
+-- overlapping snapshot) is skipped as `duplicate_id`, then content seen before, or earlier in
+-- this batch, is an `exact_dup` of the first document that had it. A batch decided at once is
+-- decided as its chunks one after the other: `_batch` is each row's chunk, in commit order, and
+-- what an earlier chunk of the batch kept is what the lake would hold after its commit.
 
 -- name: apply_lake_decisions
--- `staged`: the worker's rows; `seen_ids(id)`: given ids already in the lake;
--- `seen_content(content_hash, doc_id)`: contents already in the lake, each with the kept
--- document it stands for (itself, or the one a near duplicate is near).
+-- `staged`: the workers' rows, `_batch` their chunk's place in the batch; `seen_ids(id)`:
+-- given ids already in the lake; `seen_content(content_hash, doc_id)`: contents already in the
+-- lake, each with the kept document it stands for (itself, or the one a near duplicate is
+-- near).
 WITH flagged AS (
     SELECT *,
         (reason IS NULL OR reason = 'exact_dup') AS candidate,
@@ -18,7 +21,7 @@ WITH flagged AS (
         candidate AND id_checked AND (
             id IN (SELECT id FROM seen_ids)
             OR row_number() OVER (PARTITION BY CASE WHEN id_checked THEN id END
-                                  ORDER BY source_line) > 1
+                                  ORDER BY _batch, source_line) > 1
         ) AS id_dup
     FROM flagged
 ), content_ranked AS (
@@ -29,7 +32,7 @@ WITH flagged AS (
     LEFT JOIN seen_content sc
         ON $exact AND r.candidate AND NOT r.id_dup AND sc.content_hash = r.content_hash
     WINDOW w AS (PARTITION BY CASE WHEN r.candidate AND NOT r.id_dup THEN r.content_hash END
-                 ORDER BY r.source_line)
+                 ORDER BY r._batch, r.source_line)
 )
 SELECT * EXCLUDE (candidate, id_checked, id_dup, lake_doc, content_rank, content_first) REPLACE (
     CASE WHEN NOT candidate THEN kept
@@ -47,4 +50,4 @@ SELECT * EXCLUDE (candidate, id_checked, id_dup, lake_doc, content_rank, content
          WHEN content_rank > 1 THEN content_first END AS dup_of
 )
 FROM content_ranked
-ORDER BY source_line;
+ORDER BY _batch, source_line;

@@ -104,9 +104,28 @@ SELECT $seq, $kind, $keys, 'INTENT', $run_id, $intent_ns, $version_before
 WHERE $seq = (SELECT coalesce(max(seq), 0) + 1 FROM commits)
 RETURNING seq;
 
+-- name: insert_appends
+-- The intents of a batch of APPEND commits, one chunk each, their seqs consecutive from the
+-- next one (checked in the same statement: a seq taken meanwhile inserts nothing, the caller
+-- raises).
+INSERT INTO commits (seq, kind, chunk_keys, status, run_id, intent_ns, table_version_before)
+SELECT a.seq, 'APPEND', [a.chunk_key], 'INTENT', $run_id, $intent_ns, $version_before
+FROM (SELECT unnest($seqs::BIGINT[]) AS seq, unnest($keys::VARCHAR[]) AS chunk_key) a
+WHERE list_extract($seqs::BIGINT[], 1) = (SELECT coalesce(max(seq), 0) + 1 FROM commits)
+RETURNING seq;
+
+-- name: event_committing
+-- Each chunk of a batch of APPEND intents goes to COMMITTING under its own seq.
+INSERT INTO chunk_events (event_at, run_id, chunk_key, from_status, to_status, message)
+SELECT now(), $run_id, c.chunk_key, c.status, 'COMMITTING', 'commit seq ' || a.seq
+FROM chunks c
+JOIN (SELECT unnest($keys::VARCHAR[]) AS chunk_key, unnest($seqs::BIGINT[]) AS seq) a
+    ON a.chunk_key = c.chunk_key;
+
 -- name: mark_committing
-UPDATE chunks SET status = 'COMMITTING', commit_seq = $seq
-WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+UPDATE chunks SET status = 'COMMITTING', commit_seq = a.seq
+FROM (SELECT unnest($keys::VARCHAR[]) AS chunk_key, unnest($seqs::BIGINT[]) AS seq) a
+WHERE chunks.chunk_key = a.chunk_key;
 
 -- name: open_intents
 SELECT seq, kind, chunk_keys, intent_ns, table_version_before FROM commits
