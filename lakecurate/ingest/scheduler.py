@@ -40,8 +40,8 @@ HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
 BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
-SMALL_CHUNK_BYTES = 8 * 1024**2  # chunks smaller than this are dispatched several per worker
-SMALL_TASKS = 16  # at most this many tasks submitted per worker
+QUICK_TASK_SECONDS = 0.05  # chunks a worker does faster than this are submitted many ahead
+QUICK_TASKS = 16  # how many tasks per worker are kept submitted then
 
 
 class Executor(Protocol):
@@ -152,6 +152,7 @@ class Scheduler:
         self.group_opened = 0.0
         self.group_closed = False  # full, or open too long: commit once its files are back
         self.held_since = 0.0  # since when a short run of finished chunks waits for more
+        self.chunk_seconds: float | None = None  # a worker's time per chunk, moving average
         self.finalising: dict[str, FinaliseOrder] = {}  # in a worker now
         self.finalise_attempts: dict[str, int] = {}
         self.plan_attempts: dict[str, int] = {}
@@ -266,6 +267,9 @@ class Scheduler:
             self.finalised(outcome)
         elif outcome.result is not None:
             self.results[key] = outcome.result
+            took = outcome.result.seconds
+            was = self.chunk_seconds
+            self.chunk_seconds = took if was is None else 0.8 * was + 0.2 * took
         elif outcome.blameless:
             self.attempts[key] -= 1
             heapq.heappush(self.queue, key)
@@ -457,14 +461,14 @@ class Scheduler:
 
     def _depth(self) -> tuple[int, int]:
         """How many tasks to keep submitted, and at how many in flight to submit more: two per
-        worker, refilled at once; with small chunks up to ``SMALL_TASKS`` per worker, refilled
-        when half are back, so that their dispatch and their decisions are made many at a time
-        (a worker's task round trip and the driver's transactions cost more than such a chunk)."""
-        per_worker = min(
-            SMALL_TASKS, max(2, SMALL_CHUNK_BYTES // max(1, self.cfg.ingest.chunk_size))
-        )
-        room = per_worker * self.executor.workers
-        return room, room // 2 if per_worker > 2 else room
+        worker, refilled at once; while chunks take a worker less than ``QUICK_TASK_SECONDS``,
+        ``QUICK_TASKS`` per worker, refilled when half are back, so that their dispatch and
+        their decisions are made many at a time (a task's round trip and the driver's
+        transactions cost more than such a chunk). Longer chunks keep the queue short: a
+        finalise waits behind what is queued before it."""
+        quick = self.chunk_seconds is not None and self.chunk_seconds < QUICK_TASK_SECONDS
+        room = (QUICK_TASKS if quick else 2) * self.executor.workers
+        return room, room // 2 if quick else room
 
     def _plan_order(self, order: PlanOrder) -> None:
         self.plan_attempts[order.path] = self.plan_attempts.get(order.path, 0) + 1

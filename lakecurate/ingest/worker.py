@@ -132,18 +132,16 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
         ).to_arrow_table()
         del records  # DuckDB is done with them: the decided rows hold the text now
         con.unregister("records")
-        con.register("decided", decided)
-        if order.exact_dedup:
+        if order.exact_dedup and repeats_content(decided):
+            con.register("decided", decided)
             dups = con.sql(engine.q("worker.exact_dups")).to_arrow_table()
             decided = mark_exact_dups(decided, dups)
-            con.register("decided", decided)
-        base = [tuple(r) for r in con.execute(engine.q("worker.funnel")).fetchall()]
     finally:
         progress.start(ChunkProgress.READ + ChunkProgress.DECIDE)
         con.close()
     steps = filters.funnel(pipeline, decided)
     dropped_by_filters = sum(d for _, _, d in steps)
-    parse, (_, empty_in, empty), (_, dup_in, dups) = base
+    parse, (_, empty_in, empty), (_, dup_in, dups) = chunk_funnel(decided)
     funnel = [
         parse,
         *steps,
@@ -186,6 +184,32 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
         meta[BANDS_KEY] = write_sets(chunk_bands, sets_file(path.uri, BANDS_SUFFIX)).encode()
     write_atomic_parquet(decided.replace_schema_metadata(meta), path)
     return result
+
+
+def repeats_content(decided: pa.Table) -> bool:
+    """Whether two kept documents of the chunk may share a content hash: only then is the
+    chunk's exact dedup asked of DuckDB (a query costs more than a small chunk's counting)."""
+    hashes = pc.filter(decided["content_hash"], decided["kept"])
+    return bool(pc.count_distinct(hashes, mode="all").as_py() < len(hashes))
+
+
+def chunk_funnel(decided: pa.Table) -> list[tuple[str, int, int]]:
+    """The worker's own steps (parse, the empty-text filter, exact dedup within the chunk)
+    as (step, docs_in, docs_dropped), counted with Arrow kernels over the decided rows."""
+    reason = decided["reason"]
+
+    def count(mask: pa.ChunkedArray) -> int:
+        return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
+
+    n = decided.num_rows
+    malformed = count(pc.starts_with(reason, "malformed:"))
+    empty = count(pc.equal(reason, "filter:empty"))
+    dups = count(pc.equal(reason, "exact_dup"))
+    return [
+        ("parse", n, malformed),
+        ("filter:empty", n - malformed, empty),
+        ("exact_dup:chunk", n - malformed - empty, dups),
+    ]
 
 
 def mark_exact_dups(decided: pa.Table, dups: pa.Table) -> pa.Table:

@@ -35,17 +35,21 @@ def fsync_path(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: Path, *, hidden: bool = False) -> Iterator[Path]:
+def replacing(path: Path, *, hidden: bool = False, durable: bool = True) -> Iterator[Path]:
     """Yield a temp path next to ``path``; when the block ends without an error, fsync it and
     rename it over ``path``; otherwise delete it. ``hidden`` starts the temp name with a dot
-    (for files written into a user's folder)."""
+    (for files written into a user's folder). ``durable=False`` skips the two fsyncs, for a
+    file its reader checks (a checksum) and can do again: a power cut that tears it costs
+    that redo, and the fsyncs cost more than writing a small file."""
     name = f"{'.' if hidden else ''}{path.name}{TEMP_MARK}{os.getpid()}_{time.time_ns()}"
     tmp = path.with_name(name)
     try:
         yield tmp
-        fsync_path(tmp)
+        if durable:
+            fsync_path(tmp)
         os.replace(tmp, path)
-        fsync_path(path.parent)
+        if durable:
+            fsync_path(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -101,17 +101,3 @@ FROM (
     WHERE kept
 )
 WHERE dup_rank > 1;
-
--- name: funnel
--- The per-step funnel of one decided chunk: (step, docs_in, docs_dropped), in pipeline order.
-WITH c AS (
-    SELECT
-        count(*) AS n,
-        count(*) FILTER (WHERE reason LIKE 'malformed:%') AS malformed,
-        count(*) FILTER (WHERE reason = 'filter:empty') AS empty,
-        count(*) FILTER (WHERE reason = 'exact_dup') AS dups
-    FROM decided
-)
-SELECT 'parse' AS step, n AS docs_in, malformed AS docs_dropped FROM c
-UNION ALL SELECT 'filter:empty', n - malformed, empty FROM c
-UNION ALL SELECT 'exact_dup:chunk', n - malformed - empty, dups FROM c;

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from lakecurate import engine
-from lakecurate.ingest.worker import mark_exact_dups
+from lakecurate.ingest.worker import chunk_funnel, mark_exact_dups, repeats_content
 
 
 def _decided(lines: list[int], hashes: list[str | None]) -> pa.Table:
@@ -51,3 +51,23 @@ def test_the_first_copy_in_line_order_stays_whatever_the_row_order() -> None:
 def test_no_duplicates_leave_the_rows_as_they_are() -> None:
     decided = _decided([1, 2], ["a", "b"])
     assert mark_exact_dups(decided, _dups(decided)) is decided
+
+
+def test_only_a_chunk_whose_kept_rows_repeat_a_content_asks_duckdb() -> None:
+    assert repeats_content(_decided([1, 2, 3], ["a", "b", "a"]))
+    assert not repeats_content(_decided([1, 2, 3], ["a", "b", "c"]))
+    filtered_copy = _decided([1, 2], ["a", "a"]).set_column(1, "kept", pa.array([True, False]))
+    assert not repeats_content(filtered_copy)  # a copy the filters dropped is no duplicate
+
+
+def test_the_worker_funnel_counts_what_the_rows_say() -> None:
+    decided = pa.table(
+        {
+            "reason": [None, "malformed:json", "filter:empty", "exact_dup", None, "filter:x"],
+        }
+    )
+    assert chunk_funnel(decided) == [
+        ("parse", 6, 1),
+        ("filter:empty", 5, 1),
+        ("exact_dup:chunk", 4, 1),
+    ]
