@@ -296,6 +296,88 @@ def test_a_group_is_committed_when_the_frontier_waits_too_long(
     assert groups[0] and max(groups[0]) < slow  # committed while the slow chunk was running
 
 
+def test_quick_chunks_are_submitted_many_ahead_and_decided_many_at_a_time(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks that take a worker a few milliseconds: more tasks are kept in flight than two
+    per worker, the run at the frontier is decided by one query, and the lake is the one a
+    chunk-at-a-time run gives (``small_reference``)."""
+    from lakecurate.ingest import scheduler
+    from lakecurate.ingest.commit import Committer
+
+    monkeypatch.setattr(scheduler, "QUICK_TASK_SECONDS", 60.0)  # quick on any machine
+    batches: list[int] = []
+    decide = Committer.decide
+
+    def counting(self: Committer, batch: list) -> list:  # type: ignore[type-arg]
+        batches.append(len(batch))
+        return decide(self, batch)
+
+    monkeypatch.setattr(Committer, "decide", counting)
+    fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(3))
+    most = 0
+
+    def submit(spec: ChunkSpec, order: WorkOrder) -> None:
+        nonlocal most
+        FakeExecutor.submit(fake, spec, order)
+        most = max(most, fake.inflight())
+
+    monkeypatch.setattr(fake, "submit", submit)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok and report.chunks_committed == len(fake.attempts) > 4
+    assert most > 2 * fake.workers
+    assert max(batches) > 1 and len(batches) < report.chunks_committed
+    assert lake_rows(tmp_path / "lake") == small_reference
+
+
+def test_a_batch_decides_as_its_chunks_one_after_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiny chunks whose documents repeat ids and contents across chunks (some filtered out,
+    some malformed, ids given or not): decided many at a time, they get the verdicts and
+    ``dup_of`` a decision per chunk (``commit_seconds = 0``: one chunk per group and batch)
+    gives."""
+    import json
+
+    from lakecurate.ingest import scheduler
+
+    monkeypatch.setattr(scheduler, "QUICK_TASK_SECONDS", 60.0)
+    rng = random.Random(11)
+    lines = []
+    for _ in range(400):
+        roll = rng.random()
+        if roll < 0.05:
+            lines.append('{"id": "broken", "text": ')  # malformed
+            continue
+        doc: dict[str, str] = {
+            "text": rng.choice(["", "  "])
+            if roll < 0.1
+            else f"words {rng.randrange(60)} and more words"
+        }
+        if rng.random() < 0.8:
+            doc["id"] = f"d{rng.randrange(300)}"
+        lines.append(json.dumps(doc))
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    for i in range(4):  # lines of different files share line numbers: order is by chunk
+        (corpus / f"{i}.jsonl").write_text("\n".join(lines[i::4]) + "\n")
+    lakes = {}
+    for name, extra in (("one", "commit_seconds = 0\n"), ("batched", "commit_chunks = 1000\n")):
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(f'[ingest]\nchunk_size = "200B"\n{extra}')
+        fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(7))
+        report = run(corpus, cfg, tmp_path / name, fake)
+        assert report.ok and report.chunks_committed > 50
+        lakes[name] = lake_rows(tmp_path / name)
+    assert lakes["batched"] == lakes["one"]
+    reasons = {r[5] for r in lakes["one"]}
+    assert {"duplicate_id", "exact_dup", None} <= reasons  # the cases are there
+
+
 @pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
 def test_a_failed_finalise_runs_again_and_changes_nothing(
     fate: str,
