@@ -7,7 +7,8 @@ What it does:
 
 1. Generates a corpus with ``examples/generate_corpus.py`` (``--scale``, ``--seed``) and writes a
    pipeline config (exact and near dedup on, so the band and signature files are part of what
-   a kill can tear) with small chunks (``--chunk-size``), so that a run has many commits and a
+   a kill can tear; ``--no-near``: exact dedup only, chunks decided many at a time) with small
+   chunks (``--chunk-size``), so that a run has many commits and a
    kill can land in every phase: start-up, planning, workers, the staged write, the commit
    intent, the Delta write, the state update, the snapshot, the end of the run.
 2. A clean run (one uninterrupted ``ingest``) gives the reference: ``lake_rows`` (every row's
@@ -73,7 +74,8 @@ retry_backoff = 0.05
 
 [dedup]
 exact = true
-
+"""
+NEAR = """
 [near_dedup]
 enabled = true
 """
@@ -241,6 +243,7 @@ def campaign(
     workers: int = 2,
     min_delay: float = 0.2,
     max_delay: float | None = None,
+    near: bool = True,
     log: Any = print,
 ) -> dict[str, Any]:
     """Run the whole campaign in ``work`` (created, left in place); returns the summary."""
@@ -248,7 +251,7 @@ def campaign(
     corpus, cfg = work / "corpus", work / "lakecurate.toml"
     if not corpus.exists():
         load_generator().generate(corpus, seed=7, scale=scale)
-    cfg.write_text(CONFIG.format(chunk_size=chunk_size), encoding="utf-8")
+    cfg.write_text(CONFIG.format(chunk_size=chunk_size) + (NEAR if near else ""), "utf-8")
     env = cli_env()
 
     clean_lake = work / "clean"
@@ -393,6 +396,7 @@ def campaign(
         "settings": {
             "seed": seed,
             "chunk_size": chunk_size,
+            "near_dedup": near,
             "workers": workers,
             "min_delay_s": min_delay,
             "max_delay_s": round(max_delay, 3),
@@ -484,6 +488,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds (default: a third of the clean run, within 0.7..3)",
     )
+    ap.add_argument(
+        "--no-near",
+        action="store_true",
+        help="near dedup off: chunks are then decided many at a time (a batch per query)",
+    )
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -502,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             min_delay=args.min_delay,
             max_delay=args.max_delay,
+            near=not args.no_near,
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
     finally:

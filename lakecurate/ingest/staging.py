@@ -146,9 +146,10 @@ def read_keys(path: str) -> tuple[pa.Table, sets.SetsFile | None]:
     read. The band hashes come from the bands file when there is one (returned too, opened:
     it becomes the commit's band file), put in as the column a staged file used to hold."""
     loc = Location(path)
-    schema = pq.read_schema(loc.fs_path, filesystem=loc.fs)
-    names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in schema.names]
-    keys = read_staged(path, names)
+    with pq.ParquetFile(loc.fs_path, filesystem=loc.fs, pre_buffer=False) as staged:
+        schema = staged.schema_arrow  # one open, one footer read
+        names = [c for c in (*KEY_COLUMNS, SIGNATURE_COLUMN, BANDS_COLUMN) if c in schema.names]
+        keys = staged.read(columns=names).replace_schema_metadata(None)
     keys = keys.append_column(ROW, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
     if BANDS_KEY not in (schema.metadata or {}):
         return keys, None
@@ -194,6 +195,8 @@ def patch_of(keys: pa.Table, decided: pa.Table) -> bytes:
 def apply_patch(rows: pa.Table, patch: bytes) -> pa.Table:
     """A staged chunk's rows (in staged order) with the driver's verdicts of ``patch``."""
     changes = pa.ipc.open_stream(patch).read_all()
+    if changes.num_rows == 0:  # the driver changed nothing (most small chunks)
+        return rows
     where = np.full(rows.num_rows, -1, dtype=np.int64)
     where[changes[ROW].to_numpy()] = np.arange(changes.num_rows)
     patched = pa.array(where >= 0)
