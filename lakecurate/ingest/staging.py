@@ -12,8 +12,9 @@ with near dedup on the band hashes are in its *bands file*: both written first a
 the staged file's footer by their sha256, so the files are sealed as one. The driver reads only
 a staged file's key columns and bands file (``read_keys``: ids, hashes, verdicts and the band
 hashes, never the text or the sets) and answers with a *patch*: the rows whose verdict
-its lake-wide decisions changed. A worker applies the patch to the whole file (``apply_patch``)
-and writes the table's data files, so document text never passes through the driver.
+its lake-wide decisions changed. A worker applies the patch to the file a row group at a time
+(``iter_staged``, ``apply_patch``) and writes the table's data files, so document text never
+passes through the driver.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -130,14 +132,17 @@ ROW = "staged_row"
 """The position of a row in its staged file: how a patch names the rows it changes."""
 
 
-def read_staged(path: str, columns: list[str] | None = None) -> pa.Table:
-    """The rows of the staged file at ``path`` (a ``Location`` URI), without its metadata.
-    Read column chunk by column chunk (no pre-buffering): buffering a whole row group's pages
-    first cost a third more memory than the table (the driver reads a 256 MiB chunk's keys,
-    about 200 MB with near dedup's shingle sets)."""
+def iter_staged(path: str, columns: list[str]) -> Iterator[tuple[int, pa.Table]]:
+    """The rows of the staged file at ``path`` (a ``Location`` URI) a row group at a time,
+    each with the position of its first row: a finalise holds one group, not the chunk (a
+    256 MiB chunk's finalise held it about three times over: read, patched, split by
+    partition). Read column chunk by column chunk (no pre-buffering, as ``read_keys``)."""
     loc = Location(path)
-    rows = pq.read_table(loc.fs_path, columns=columns, filesystem=loc.fs, pre_buffer=False)
-    return rows.replace_schema_metadata(None)
+    offset = 0
+    with pq.ParquetFile(loc.fs_path, filesystem=loc.fs, pre_buffer=False) as staged:
+        for batch in staged.iter_batches(batch_size=STAGED_GROUP_ROWS, columns=columns):
+            yield offset, pa.Table.from_batches([batch])
+            offset += batch.num_rows
 
 
 def read_keys(path: str) -> tuple[pa.Table, sets.SetsFile | None]:
@@ -192,13 +197,20 @@ def patch_of(keys: pa.Table, decided: pa.Table) -> bytes:
     return bytes(sink.getvalue())
 
 
-def apply_patch(rows: pa.Table, patch: bytes) -> pa.Table:
-    """A staged chunk's rows (in staged order) with the driver's verdicts of ``patch``."""
-    changes = pa.ipc.open_stream(patch).read_all()
-    if changes.num_rows == 0:  # the driver changed nothing (most small chunks)
+def read_patch(patch: bytes) -> pa.Table:
+    """The changed rows a ``patch_of`` names (``ROW`` and the decision columns)."""
+    return pa.ipc.open_stream(patch).read_all()
+
+
+def apply_patch(rows: pa.Table, changes: pa.Table, offset: int = 0) -> pa.Table:
+    """Staged rows (in staged order, the first at position ``offset`` of its staged file) with
+    the driver's verdicts of ``changes`` (``read_patch``) that fall among them."""
+    at = changes[ROW].to_numpy() - offset
+    mine = (at >= 0) & (at < rows.num_rows)
+    if not mine.any():  # the driver changed none of them (most rows of most chunks)
         return rows
     where = np.full(rows.num_rows, -1, dtype=np.int64)
-    where[changes[ROW].to_numpy()] = np.arange(changes.num_rows)
+    where[at[mine]] = np.flatnonzero(mine)
     patched = pa.array(where >= 0)
     take = pa.array(where, mask=where < 0)
     for name in DECISION_COLUMNS:

@@ -36,7 +36,8 @@ from lakecurate.ingest.staging import (
     RESULT_KEY,
     SETS_KEY,
     apply_patch,
-    read_staged,
+    iter_staged,
+    read_patch,
     staged_name,
     without_rejected_text,
     write_atomic_parquet,
@@ -243,12 +244,16 @@ def finalise_chunk(order: FinaliseOrder) -> list[DataFile]:
     again after a failure, it overwrites what the failed attempt left (the names depend only
     on the order and the partition)."""
     faults.hit("delta_write", order.chunk_key)  # tests: ENOSPC, a kill while writing
+    changes = read_patch(order.patch)
     # The table's columns only: the near-dedup lists were the driver's (as large as a third
-    # of the text with shingle sets).
-    rows = read_staged(order.staged_path, DOCUMENT_SCHEMA.names)
-    rows = apply_patch(rows, order.patch).cast(DOCUMENT_SCHEMA)
-    rows = without_rejected_text(rows, order.rejected_text)
-    return write_data_files(Location(order.table_dir), rows, PARTITION_COLUMN, order.name)
+    # of the text with shingle sets). A row group at a time: a chunk is never held whole.
+    pieces = (
+        without_rejected_text(
+            apply_patch(rows, changes, offset).cast(DOCUMENT_SCHEMA), order.rejected_text
+        )
+        for offset, rows in iter_staged(order.staged_path, DOCUMENT_SCHEMA.names)
+    )
+    return write_data_files(Location(order.table_dir), pieces, PARTITION_COLUMN, order.name)
 
 
 def plan_input(order: PlanOrder) -> tuple[str, list[ChunkSpec]]:

@@ -15,8 +15,10 @@ the min/max of the short columns readers prune on (``id``, ``chunk_key``, ...), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +34,11 @@ NO_MIN_MAX = frozenset({"text", "raw", "meta"})
 
 
 def write_data_files(
-    table: Location, rows: pa.Table, partition_by: str, prefix: str
+    table: Location, rows: pa.Table | Iterable[pa.Table], partition_by: str, prefix: str
 ) -> list[DataFile]:
-    """Write ``rows`` as one file per value of ``partition_by`` (a boolean column).
+    """Write ``rows`` (a table, or its pieces one after the other, so that a chunk is never
+    held whole: a worker's finalise streams its staged file) as one file per value of
+    ``partition_by`` (a boolean column).
 
     Written under the final name, as delta-rs does: no reader sees a data file until a commit
     names it, and one that a failure or a kill left unnamed is removed by the next writer
@@ -45,54 +49,111 @@ def write_data_files(
     The names are ``<prefix>-c000.snappy.parquet``: ``prefix`` must be unique to the write
     (``part-<commit seq>-<random>``), so a retried write replaces what a failed attempt left
     instead of adding a second copy."""
-    files = []
-    for value in (True, False):
-        part = rows.filter(pc.equal(rows[partition_by], value)).drop_columns([partition_by])
-        if part.num_rows == 0:
-            continue
-        folder = f"{partition_by}={str(value).lower()}"
-        rel = f"{folder}/{prefix}-c000.snappy.parquet"
-        dest = table / rel
-        if dest.is_local:
-            dest.local.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(part, dest.fs_path, filesystem=dest.fs, compression="snappy")
-        if dest.is_local:
-            atomic.fsync_path(dest.local)  # durable before a commit names it
-        st = dest.stat()
-        assert st is not None, f"{dest} vanished after its write"
-        files.append(
-            DataFile(
-                path=rel,
-                size=st.size,
-                partition_values={partition_by: str(value).lower()},
-                modification_time=st.mtime_ns // 1_000_000,
-                stats=json.dumps(statistics(part), separators=(",", ":")),
-                rows=part.num_rows,
-            )
+    parts: dict[bool, _Part] = {}
+    with contextlib.ExitStack() as closing:
+        for piece in [rows] if isinstance(rows, pa.Table) else rows:
+            for value in (True, False):
+                rows_of = piece.filter(pc.equal(piece[partition_by], value))
+                if rows_of.num_rows == 0:
+                    continue
+                rows_of = rows_of.drop_columns([partition_by])
+                if value not in parts:
+                    parts[value] = _Part(table, partition_by, value, prefix, rows_of.schema)
+                    closing.callback(parts[value].writer.close)
+                parts[value].write(rows_of)
+    return [parts[value].data_file() for value in (True, False) if value in parts]
+
+
+class _Part:
+    """One partition's data file while it is written, and its statistics."""
+
+    def __init__(
+        self, table: Location, partition_by: str, value: bool, prefix: str, schema: pa.Schema
+    ) -> None:
+        self.partition_by, self.value = partition_by, str(value).lower()
+        self.rel = f"{partition_by}={self.value}/{prefix}-c000.snappy.parquet"
+        self.dest = table / self.rel
+        if self.dest.is_local:
+            self.dest.local.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = pq.ParquetWriter(
+            self.dest.fs_path, schema, filesystem=self.dest.fs, compression="snappy"
         )
-    return files
+        self.stats = Statistics()
+
+    def write(self, rows: pa.Table) -> None:
+        self.writer.write_table(rows)
+        self.stats.add(rows)
+
+    def data_file(self) -> DataFile:
+        """The written (closed) file's add action."""
+        if self.dest.is_local:
+            atomic.fsync_path(self.dest.local)  # durable before a commit names it
+        st = self.dest.stat()
+        assert st is not None, f"{self.dest} vanished after its write"
+        return DataFile(
+            path=self.rel,
+            size=st.size,
+            partition_values={self.partition_by: self.value},
+            modification_time=st.mtime_ns // 1_000_000,
+            stats=json.dumps(self.stats.delta(), separators=(",", ":")),
+            rows=self.stats.rows,
+        )
+
+
+class Statistics:
+    """The Delta statistics of one file's rows (numRecords, nullCount, minValues, maxValues),
+    added piece by piece: the bounds of the whole are the bounds of the pieces' bounds."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.nulls: dict[str, int] = {}
+        self.low: dict[str, Any] = {}
+        self.high: dict[str, Any] = {}
+        self.unbounded: set[str] = set(NO_MIN_MAX)
+
+    def add(self, rows: pa.Table) -> None:
+        self.rows += rows.num_rows
+        for name in rows.column_names:
+            column = rows[name]
+            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
+            if name in self.unbounded or column.null_count == len(column):
+                continue
+            kind = column.type
+            if not (
+                pa.types.is_string(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
+            ):
+                self.unbounded.add(name)
+                continue
+            bounds = pc.min_max(column).as_py()
+            lo, hi = bounds["min"], bounds["max"]
+            if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
+                self.unbounded.add(name)  # as the whole column's bounds would be
+                continue
+            if name in self.low:
+                lo, hi = min(lo, self.low[name]), max(hi, self.high[name])
+            self.low[name], self.high[name] = lo, hi
+
+    def delta(self) -> dict[str, Any]:
+        """A string longer than ``STATS_CHARS`` leaves its column without bounds."""
+        low: dict[str, Any] = {}
+        high: dict[str, Any] = {}
+        for name, lo in self.low.items():
+            hi = self.high[name]
+            if name in self.unbounded or (
+                isinstance(lo, str) and max(len(lo), len(hi)) > STATS_CHARS
+            ):
+                continue
+            low[name], high[name] = lo, hi
+        return {
+            "numRecords": self.rows,
+            "minValues": low,
+            "maxValues": high,
+            "nullCount": self.nulls,
+        }
 
 
 def statistics(part: pa.Table) -> dict[str, Any]:
     """The Delta statistics of one file's rows: numRecords, nullCount, minValues, maxValues."""
-    nulls: dict[str, int] = {}
-    low: dict[str, Any] = {}
-    high: dict[str, Any] = {}
-    for name in part.column_names:
-        column = part[name]
-        nulls[name] = column.null_count
-        if name in NO_MIN_MAX or column.null_count == len(column):
-            continue
-        kind = column.type
-        if not (
-            pa.types.is_string(kind) or pa.types.is_integer(kind) or pa.types.is_floating(kind)
-        ):
-            continue
-        bounds = pc.min_max(column).as_py()
-        lo, hi = bounds["min"], bounds["max"]
-        if isinstance(lo, str) and max(len(lo), len(hi)) > STATS_CHARS:
-            continue
-        if isinstance(lo, float) and not (math.isfinite(lo) and math.isfinite(hi)):
-            continue
-        low[name], high[name] = lo, hi
-    return {"numRecords": part.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+    stats = Statistics()
+    stats.add(part)
+    return stats.delta()

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from lakecurate.errors import CommitError
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.files import STATS_CHARS, statistics, write_data_files
+from lakecurate.lake.files import STATS_CHARS, Statistics, statistics, write_data_files
 from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA
 
@@ -155,3 +156,70 @@ def test_a_checkpoint_every_interval_and_at_settle(tmp_path: Path) -> None:
     assert store.settle(at_least=2) == 9
     assert DeltaStore(where).settle(at_least=1) is None  # nothing since
     assert DeltaTable(str(where)).version() == 9
+
+
+def test_statistics_of_pieces_are_those_of_the_whole() -> None:
+    """A file written piece by piece (a finalise streams its staged file) carries the
+    statistics of its rows taken whole: bounds of bounds, null counts summed, a long string
+    or a non-finite float in any piece leaving its column unbounded."""
+    rows = docs(30).drop_columns(["kept"])
+    i = rows.schema.get_field_index("lang_score")
+    scores = [0.5 + k / 100 for k in range(30)]
+    scores[17] = float("inf")
+    with_inf = rows.set_column(i, "lang_score", pa.array(scores))
+    ids = rows["id"].to_pylist()
+    ids[25] = "y" * (STATS_CHARS + 1)
+    long_id = rows.set_column(0, "id", pa.array(ids))
+    for whole in (rows, with_inf, long_id):
+        stats = Statistics()
+        for start in range(0, 30, 7):
+            stats.add(whole.slice(start, 7))
+        assert stats.delta() == statistics(whole)
+    assert "lang_score" not in statistics(with_inf)["minValues"]
+    assert "id" not in statistics(long_id)["minValues"]
+
+
+def test_a_finalise_streams_a_staged_file_of_many_row_groups(tmp_path: Path) -> None:
+    """The driver's patch lands on its rows in every row group of the staged file, and the
+    data files hold what applying it to the whole file gives."""
+    from lakecurate.ingest import staging
+    from lakecurate.ingest.worker import finalise_chunk
+    from lakecurate.types import FinaliseOrder
+
+    n = 2 * staging.STAGED_GROUP_ROWS + 123
+    rows = docs(n).replace_schema_metadata({staging.RESULT_KEY: b"{}"})
+    staged = Location.of(tmp_path / "c.parquet")
+    staging.write_atomic_parquet(rows, staged)
+    keys, _ = staging.read_keys(staged.uri)
+    changed = [0, 5, staging.STAGED_GROUP_ROWS, staging.STAGED_GROUP_ROWS + 1, n - 1]
+    decided = keys.filter(pc.is_in(keys[staging.ROW], pa.array(changed)))
+    flip = {
+        "kept": pa.array([False] * len(changed)),
+        "reason": pa.array(["exact_dup"] * len(changed)),
+        "dup_of": pa.array(["doc-0001"] * len(changed)),
+    }
+    for name, column in flip.items():
+        i = decided.schema.get_field_index(name)
+        field = decided.schema.field(name)
+        decided = decided.set_column(i, field, column.cast(field.type))
+    others = keys.filter(pc.invert(pc.is_in(keys[staging.ROW], pa.array(changed))))
+    patch = staging.patch_of(keys, pa.concat_tables([decided, others]))
+    table = tmp_path / "table"
+    files = finalise_chunk(
+        FinaliseOrder("c", 1, staged.uri, Location.of(table).uri, patch, "part-1", "keep")
+    )
+    got = pa.concat_tables(
+        pq.read_table(table / f.path).append_column(
+            "kept", pa.array([f.partition_values["kept"] == "true"] * f.rows)
+        )
+        for f in files
+    ).sort_by("source_line")
+    want = staging.apply_patch(rows, staging.read_patch(patch)).sort_by("source_line")
+    assert got.num_rows == n
+    for name in ("id", "kept", "reason", "dup_of", "text"):
+        assert got[name].to_pylist() == want[name].to_pylist(), name
+    assert sum(not k for k in got["kept"].to_pylist()) == sum(
+        not k for k in rows["kept"].to_pylist()
+    ) + len([r for r in changed if rows["kept"][r].as_py()])
+    for f in files:
+        assert json.loads(f.stats)["numRecords"] == f.rows
