@@ -115,9 +115,8 @@ class Committer:
     def decide(self, batch: Sequence[pa.Table]) -> list[pa.Table]:
         """Apply the lake-wide decisions (duplicate ids, exact duplicates) to staged chunks
         taken in commit order, each decided against the lake and the chunks before it: one
-        query for the batch (its fixed cost was most of a small chunk's decision)."""
-        if len({t.schema for t in batch}) > 1:  # staged files of two layouts: one at a time
-            return [rows for t in batch for rows in self.decide([t])]
+        query for the batch (its fixed cost was most of a small chunk's decision). The
+        chunks' key tables share one layout (``stage`` sees to it)."""
         staged = pa.concat_tables(batch)
         not_malformed = pc.invert(
             pc.fill_null(pc.starts_with(staged["reason"], "malformed:"), False)
@@ -200,6 +199,9 @@ class Committer:
         if self.near is not None and len(items) > 1:
             return [order for item in items for order in self.stage([item])]
         keyed = [(spec, result, *read_keys(result.staged_path)) for spec, result in items]
+        if len({k[2].schema for k in keyed}) > 1:  # staged files of two layouts (a resume
+            # across versions): one at a time, each decided against the one before
+            return [order for item in items for order in self.stage([item])]
         intent_ns = time.time_ns()
         # The seqs come first: near dedup orders documents by them. The intents and the index
         # rows written ahead are then one state transaction.

@@ -14,6 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from helpers import lake_rows
 
@@ -334,16 +335,19 @@ def test_quick_chunks_are_submitted_many_ahead_and_decided_many_at_a_time(
     assert lake_rows(tmp_path / "lake") == small_reference
 
 
+@pytest.mark.parametrize("layouts", [1, 2])
 def test_a_batch_decides_as_its_chunks_one_after_the_other(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    layouts: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Tiny chunks whose documents repeat ids and contents across chunks (some filtered out,
     some malformed, ids given or not): decided many at a time, they get the verdicts and
     ``dup_of`` a decision per chunk (``commit_seconds = 0``: one chunk per group and batch)
-    gives."""
+    gives. With staged files of two layouts among them (a resume across versions: here an
+    extra key column on every other chunk), a batch goes one chunk at a time, each decided
+    against the one before."""
     import json
 
-    from lakecurate.ingest import scheduler
+    from lakecurate.ingest import commit, scheduler
 
     monkeypatch.setattr(scheduler, "QUICK_TASK_SECONDS", 60.0)
     rng = random.Random(11)
@@ -366,7 +370,17 @@ def test_a_batch_decides_as_its_chunks_one_after_the_other(
     for i in range(4):  # lines of different files share line numbers: order is by chunk
         (corpus / f"{i}.jsonl").write_text("\n".join(lines[i::4]) + "\n")
     lakes = {}
+    read_keys = commit.read_keys
+
+    def two_layouts(path: str) -> tuple[pa.Table, object]:
+        keys, bands = read_keys(path)
+        if hash(path) % 2:
+            keys = keys.append_column("older_layout", pa.nulls(keys.num_rows, pa.int8()))
+        return keys, bands
+
     for name, extra in (("one", "commit_seconds = 0\n"), ("batched", "commit_chunks = 1000\n")):
+        if name == "batched" and layouts == 2:
+            monkeypatch.setattr(commit, "read_keys", two_layouts)
         cfg = tmp_path / f"{name}.toml"
         cfg.write_text(f'[ingest]\nchunk_size = "200B"\n{extra}')
         fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(7))
