@@ -398,6 +398,7 @@ class Scheduler:
             else:
                 break
         if not ready:
+            self.held_since = 0.0  # nothing waits (the run loop must not wake for it)
             return
         coming = (
             at < len(self.commit_order)
