@@ -31,7 +31,7 @@ from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
 from lakecurate.ingest.near import NearDedup
-from lakecurate.ingest.staging import delete_staged, patch_of, read_keys
+from lakecurate.ingest.staging import count_true, delete_staged, patch_of, read_keys
 from lakecurate.lake import sets
 from lakecurate.lake.record import (
     APPEND,
@@ -179,11 +179,8 @@ class Committer:
         query per chunk cost more than the counting on small chunks."""
         reason = rows["reason"]
 
-        def count(mask: pa.ChunkedArray | pa.Array) -> int:
-            return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
-
-        id_dups = count(pc.equal(reason, "duplicate_id"))
-        dups = count(pc.equal(reason, "exact_dup"))
+        id_dups = count_true(pc.equal(reason, "duplicate_id"))
+        dups = count_true(pc.equal(reason, "exact_dup"))
         n = reason.null_count + id_dups + dups
         lake = [("duplicate_id", n, id_dups), ("exact_dup", n - id_dups, dups)]
         steps = [tuple(s) for s in worker_steps if not str(s[0]).startswith("exact_dup")]
@@ -196,11 +193,11 @@ class Committer:
         into their data files (``files_written`` hands them back, ``commit_group`` commits
         them). A batch is decided by one query and recorded by one state transaction; with
         near dedup on, one chunk at a time (its band index must hold the chunk before)."""
-        if self.near is not None and len(items) > 1:
-            return [order for item in items for order in self.stage([item])]
-        keyed = [(spec, result, *read_keys(result.staged_path)) for spec, result in items]
-        if len({k[2].schema for k in keyed}) > 1:  # staged files of two layouts (a resume
-            # across versions): one at a time, each decided against the one before
+        batched = self.near is None or len(items) == 1
+        keyed = [(s, r, *read_keys(r.staged_path)) for s, r in items] if batched else []
+        # One chunk at a time with near dedup, or with staged files of two layouts in the
+        # batch (a resume across versions): each decided against the one before.
+        if len(items) > 1 and len({k[2].schema for k in keyed}) != 1:
             return [order for item in items for order in self.stage([item])]
         intent_ns = time.time_ns()
         # The seqs come first: near dedup orders documents by them. The intents and the index

@@ -381,7 +381,7 @@ class Scheduler:
         being worked on waits a little for it (``BATCH_HOLD_SECONDS``), so that small chunks
         are decided many at a time (a decision's fixed cost is most of a small chunk's)."""
         barrier = self.planner.barrier()
-        at, keys = self.frontier, list[str]()
+        at = self.frontier
         ready: list[tuple[ChunkSpec, ChunkResult]] = []
         while at < len(self.commit_order) and not self._full(ready):
             key = self.commit_order[at]
@@ -389,10 +389,9 @@ class Scheduler:
                 break  # an input still being planned may have chunks before it
             if key in self.dead:
                 at += 1
-                if not keys:
+                if not ready:
                     self.frontier = at
             elif key in self.results:
-                keys.append(key)
                 ready.append((self.by_key[key], self.results[key]))
                 at += 1
             else:
@@ -412,8 +411,8 @@ class Scheduler:
             if now - self.held_since < BATCH_HOLD_SECONDS:
                 return
         self.held_since = 0.0
-        for key in keys:
-            del self.results[key]
+        for spec, _ in ready:
+            del self.results[spec.chunk_key]
         self.frontier = at
         self._stage(ready)
 

@@ -58,7 +58,7 @@ def write_atomic_parquet(table: pa.Table, path: Location) -> None:
     file and a file damaged later (a bit flip, a truncation, a power cut before the page
     cache reached the disk) is found by ``read_staged_result`` and its chunk redone. On local
     disk: a temp file sealed in place and renamed, without fsync (the seal is what makes it
-    trusted; two fsyncs were a sixth of a small chunk's work); on object storage: sealed in
+    trusted; two fsyncs were about a tenth of a small chunk's work); on object storage: sealed in
     memory and uploaded once (an object is whole or absent)."""
     if not path.is_local:
         sink = io.BytesIO()
@@ -195,6 +195,11 @@ def patch_of(keys: pa.Table, decided: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, patch.schema) as writer:
         writer.write_table(patch)
     return bytes(sink.getvalue())
+
+
+def count_true(mask: pa.Array | pa.ChunkedArray) -> int:
+    """How many rows a boolean column marks (NULL counts as false): the funnels' counting."""
+    return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
 
 
 def read_patch(patch: bytes) -> pa.Table:

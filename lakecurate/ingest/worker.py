@@ -36,6 +36,7 @@ from lakecurate.ingest.staging import (
     RESULT_KEY,
     SETS_KEY,
     apply_patch,
+    count_true,
     iter_staged,
     read_patch,
     staged_name,
@@ -198,14 +199,10 @@ def chunk_funnel(decided: pa.Table) -> list[tuple[str, int, int]]:
     """The worker's own steps (parse, the empty-text filter, exact dedup within the chunk)
     as (step, docs_in, docs_dropped), counted with Arrow kernels over the decided rows."""
     reason = decided["reason"]
-
-    def count(mask: pa.ChunkedArray) -> int:
-        return int(pc.sum(pc.fill_null(mask, False)).as_py() or 0)
-
     n = decided.num_rows
-    malformed = count(pc.starts_with(reason, "malformed:"))
-    empty = count(pc.equal(reason, "filter:empty"))
-    dups = count(pc.equal(reason, "exact_dup"))
+    malformed = count_true(pc.starts_with(reason, "malformed:"))
+    empty = count_true(pc.equal(reason, "filter:empty"))
+    dups = count_true(pc.equal(reason, "exact_dup"))
     return [
         ("parse", n, malformed),
         ("filter:empty", n - malformed, empty),

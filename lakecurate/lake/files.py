@@ -150,10 +150,3 @@ class Statistics:
             "maxValues": high,
             "nullCount": self.nulls,
         }
-
-
-def statistics(part: pa.Table) -> dict[str, Any]:
-    """The Delta statistics of one file's rows: numRecords, nullCount, minValues, maxValues."""
-    stats = Statistics()
-    stats.add(part)
-    return stats.delta()

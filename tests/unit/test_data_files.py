@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,9 +14,16 @@ from deltalake import DeltaTable
 
 from lakecurate.errors import CommitError
 from lakecurate.lake.delta import DeltaStore
-from lakecurate.lake.files import STATS_CHARS, Statistics, statistics, write_data_files
+from lakecurate.lake.files import STATS_CHARS, Statistics, write_data_files
 from lakecurate.lake.storage import Location
 from lakecurate.schema import DOCUMENT_SCHEMA
+
+
+def statistics(rows: pa.Table) -> dict[str, Any]:
+    """The Delta statistics of ``rows`` taken whole (one piece)."""
+    stats = Statistics()
+    stats.add(rows)
+    return stats.delta()
 
 
 def docs(n: int, start: int = 0, chunk: str = "chunk_a") -> pa.Table:
