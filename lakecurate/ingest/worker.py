@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate import config as configuration
-from lakecurate import engine, faults
+from lakecurate import engine, faults, memory
 from lakecurate.config import Config
 from lakecurate.ingest.cutting import plan_file
 from lakecurate.ingest.reader import read_chunk
@@ -154,6 +154,8 @@ def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     filters.enforce_gates(cfg.gates, violations, spec.chunk_key)
     redactions = filters.redactions(pipeline, decided)
     decided = decided.select(DOCUMENT_SCHEMA.names).cast(DOCUMENT_SCHEMA)
+    if decided.nbytes >= memory.LARGE_BYTES:
+        memory.release()  # the records, the query's buffers, the columns before the cast
     if cfg.near_dedup.enabled:
         decided = add_signatures(decided, cfg.near_dedup)
     progress.start(ChunkProgress.READ + ChunkProgress.DECIDE + ChunkProgress.SIGN)

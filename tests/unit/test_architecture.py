@@ -28,7 +28,7 @@ TOP = "lakecurate"
 
 DOC = PKG.parent / "docs" / "architecture.md"
 
-BASE = {"config", "types", "schema", "errors", "progress", "faults", "engine"}
+BASE = {"config", "types", "schema", "errors", "progress", "faults", "engine", "memory"}
 """The bottom layer: every layer may import it; it imports only BASE_MAY_IMPORT."""
 BASE_MAY_IMPORT = {"errors", "types", "schema"}
 
