@@ -379,9 +379,9 @@ class Committer:
         """Take these chunks and every chunk queued for a new decision out of the index and
         the band index (inside the caller's transaction): decisions made against them next
         would point at documents that are leaving, or at a chunk's own old copy."""
-        every = sorted({*keys, *self.state.redecide_queue()})
-        forget_near(self.state, self.state.commit_seqs(every))
-        self.index.remove_chunks(every)
+        seqs = self.state.commit_seqs(sorted({*keys, *self.state.redecide_queue()}))
+        forget_near(self.state, seqs)
+        self.index.remove_commits(seqs)
 
     def dependents(self, keys: Sequence[str]) -> list[str]:
         """Committed chunks (other than ``keys``) whose rows refer, directly or through each

@@ -224,8 +224,8 @@ class MembershipIndex:
 
     # -- writes (inside the caller's transaction) ------------------------------------------
     def add(self, kept: pa.Table, given_ids: pa.Table, seq: int) -> None:
-        """Index a committed chunk: ``kept`` (content_hash, id, chunk_key) of its kept rows,
-        ``given_ids`` (id, chunk_key) of every row whose id came from the source.
+        """Index a committed chunk under its commit ``seq``: ``kept`` (content_hash, id) of its
+        kept rows, ``given_ids`` (id) of every row whose id came from the source.
 
         Written in the caller's transaction, so the rows commit or roll back with the chunk's
         SUCCESS, and keyed as the SQL definitions key them (``('0x' || hex)::UHUGEINT``,
@@ -245,32 +245,24 @@ class MembershipIndex:
                 self._append(
                     "content_hashes",
                     [
-                        ((hi << 64) | lo, doc_id, chunk_key, seq)
-                        for (hi, lo), doc_id, chunk_key in zip(
-                            halves.tolist(),
-                            kept["id"].to_pylist(),
-                            kept["chunk_key"].to_pylist(),
-                            strict=True,
+                        ((hi << 64) | lo, doc_id, seq)
+                        for (hi, lo), doc_id in zip(
+                            halves.tolist(), kept["id"].to_pylist(), strict=True
                         )
                     ],
                 )
             self._tier1_add("content", halves)
         if given_ids.num_rows:
             if given_ids.num_rows >= BULK_ROWS:
-                # DISTINCT (key, chunk) in SQL: an id repeated within a chunk is one row
+                # DISTINCT in SQL: an id repeated within a chunk is one row
                 self._insert("index.insert_ids", given_ids, seq)
                 if "ids" in self.tier1:
                     self._tier1_add("ids", self._id_halves(given_ids["id"]))
             else:
                 halves = self._id_halves(given_ids["id"])
-                # DISTINCT (key, chunk): an id repeated within a chunk is one row, as in rebuild
-                rows = dict.fromkeys(
-                    ((hi << 64) | lo, chunk_key)
-                    for (hi, lo), chunk_key in zip(
-                        halves.tolist(), given_ids["chunk_key"].to_pylist(), strict=True
-                    )
-                )
-                self._append("doc_ids", [(key, chunk_key, seq) for key, chunk_key in rows])
+                # DISTINCT: an id repeated within a chunk is one row, as in rebuild
+                rows = dict.fromkeys((hi << 64) | lo for hi, lo in halves.tolist())
+                self._append("doc_ids", [(key, seq) for key in rows])
                 self._tier1_add("ids", halves)
         self._spent(started, "write_seconds")
 
@@ -305,8 +297,8 @@ class MembershipIndex:
         self.stats.seconds += took
         setattr(self.stats, part, getattr(self.stats, part) + took)
 
-    def remove_chunks(self, keys: Sequence[str]) -> None:
-        """Forget the documents of chunks whose rows left the table (tier 1 keeps them as
-        harmless false positives until it is rebuilt)."""
-        for statement in ("index.remove_content_of_chunks", "index.remove_ids_of_chunks"):
-            self._con.execute(engine.q(statement), {"keys": list(keys)})
+    def remove_commits(self, seqs: Sequence[int]) -> None:
+        """Forget the documents of the chunks committed with ``seqs``, whose rows left the table
+        (tier 1 keeps them as harmless false positives until it is rebuilt)."""
+        for statement in ("index.remove_content_of_commits", "index.remove_ids_of_commits"):
+            self._con.execute(engine.q(statement), {"seqs": list(seqs)})

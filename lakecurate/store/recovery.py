@@ -41,7 +41,7 @@ def index_writer(
     (``content_rows``), its given ids, and (``bands``) its near-dedup bands."""
     kept = content_rows(rows)
     not_malformed = pc.invert(pc.fill_null(pc.starts_with(rows["reason"], "malformed:"), False))
-    given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id", "chunk_key"])
+    given = rows.filter(pc.and_(rows["id_given"], not_malformed)).select(["id"])
 
     def write() -> None:
         index.add(kept, given, seq)
@@ -69,14 +69,12 @@ def content_rows(rows: pa.Table) -> pa.Table:
     return pa.concat_tables([kept, dups.rename_columns(columns).cast(kept.schema)])
 
 
-def forget_written_ahead(
-    state: StateStore, index: MembershipIndex, keys: Sequence[str], seq: int
-) -> Writer:
-    """What takes out the index rows and bands commit ``seq`` wrote for ``keys`` ahead of its
+def forget_written_ahead(state: StateStore, index: MembershipIndex, seq: int) -> Writer:
+    """What takes out the index rows and bands commit ``seq`` wrote for its chunk ahead of its
     Delta commit (inside the caller's transaction)."""
 
     def forget() -> None:
-        index.remove_chunks(keys)
+        index.remove_commits([seq])
         forget_near(state, [seq])
 
     return forget
@@ -141,7 +139,10 @@ def index_near_duplicates(state: StateStore, delta: DeltaStore) -> bool:
             with state.transaction():
                 state.con.register("index_rows", rows)
                 try:
-                    state.con.execute(engine.q("index.remove_content_of_chunks"), {"keys": keys})
+                    state.con.execute(
+                        engine.q("index.remove_content_of_commits"),
+                        {"seqs": state.commit_seqs(keys)},
+                    )
                     state.con.execute(engine.q("index.content_of_committed_chunks"))
                 finally:
                     state.con.unregister("index_rows")
@@ -184,7 +185,9 @@ def finalise(
     entry = delta.find_commit(seq)
     version = int(entry["version"]) if entry else delta.version()
     if kind == SUPERSEDE:
-        state.finish_supersede(seq, keys, version, 0, run_id, index.remove_chunks)
+        state.finish_supersede(
+            seq, keys, version, 0, run_id, lambda ks: index.remove_commits(state.commit_seqs(ks))
+        )
         return
     if kind == RESTORE:
         finish_restore(state, delta, seq, version)
@@ -211,7 +214,7 @@ def finalise(
     )
     funnel = [tuple(s) for s in record.get("funnel", [])]
     bands = bands_of_committed(near, rows, seq) if near is not None else None
-    forget = forget_written_ahead(state, index, keys, seq)
+    forget = forget_written_ahead(state, index, seq)
     add = index_writer(index, rows, seq, bands)
 
     def reindex() -> None:  # what was written ahead (if anything), then from the table
@@ -244,7 +247,7 @@ def reconcile(
             notes.append(f"finalised commit {seq} ({kind} {', '.join(keys)}) found in Delta")
         else:
             removed = delta.remove_unreferenced(intent_ns)
-            forget = forget_written_ahead(state, index, keys, seq) if kind in CHUNK_KINDS else None
+            forget = forget_written_ahead(state, index, seq) if kind in CHUNK_KINDS else None
             state.abandon_intent(seq, kind, keys, run_id, forget)
             notes.append(
                 f"commit {seq} ({kind}) never reached Delta; will redo it"

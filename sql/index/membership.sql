@@ -1,7 +1,8 @@
 -- Tier 2 of the membership index (authoritative): 128-bit keys of every document id and of the
 -- content of every kept document and near duplicate in the lake (a near duplicate under the id
--- of the kept document it is near: `recovery.content_rows`), tagged with the commit seq that added them (so a Bloom file
--- that covers seq <= W is topped up with seq > W).
+-- of the kept document it is near: `recovery.content_rows`), tagged with the commit seq that
+-- added them: a Bloom file that covers seq <= W is topped up with seq > W, and a chunk's rows
+-- leave by its seq.
 
 -- Keys travel to Python as two UBIGINT halves (Arrow has no 128-bit integer).
 
@@ -31,29 +32,30 @@ FROM (SELECT unnest($ids::VARCHAR[]) AS id) m
 JOIN doc_ids h ON h.hash = md5_number(m.id);
 
 -- name: insert_content
--- `index_rows(content_hash, id, chunk_key)`: the kept rows of a decided chunk (index.py `add`).
-INSERT INTO content_hashes (hash, doc_id, chunk_key, seq)
-SELECT ('0x' || content_hash)::UHUGEINT, id, chunk_key, $seq FROM index_rows;
+-- `index_rows(content_hash, id)`: the kept rows of a decided chunk (index.py `add`).
+INSERT INTO content_hashes (hash, doc_id, seq)
+SELECT ('0x' || content_hash)::UHUGEINT, id, $seq FROM index_rows;
 
 -- name: insert_ids
--- `index_rows(id, chunk_key)`: every row whose id came from the source; an id repeated within
--- a chunk is one row, as in rebuild.
-INSERT INTO doc_ids (hash, chunk_key, seq)
-SELECT DISTINCT md5_number(id), chunk_key, $seq FROM index_rows;
+-- `index_rows(id)`: every row whose id came from the source; an id repeated within a chunk is
+-- one row, as in rebuild.
+INSERT INTO doc_ids (hash, seq)
+SELECT DISTINCT md5_number(id), $seq FROM index_rows;
 
 -- name: content_of_committed_chunks
 -- `index_rows(content_hash, id, chunk_key)` of the committed chunks `$keys` replace their rows
--- (`recovery.index_near_duplicates`, after `remove_content_of_chunks`), each with its
+-- (`recovery.index_near_duplicates`, after `remove_content_of_commits`), each with its
 -- chunk's commit seq.
-INSERT INTO content_hashes (hash, doc_id, chunk_key, seq)
-SELECT ('0x' || i.content_hash)::UHUGEINT, i.id, i.chunk_key, c.commit_seq
+INSERT INTO content_hashes (hash, doc_id, seq)
+SELECT ('0x' || i.content_hash)::UHUGEINT, i.id, c.commit_seq
 FROM index_rows i JOIN chunks c ON c.chunk_key = i.chunk_key AND c.status = 'SUCCESS';
 
--- name: remove_content_of_chunks
-DELETE FROM content_hashes WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+-- name: remove_content_of_commits
+-- A chunk's rows carry its commit seq (`chunks.commit_seq`): they go by it.
+DELETE FROM content_hashes WHERE seq IN (SELECT unnest($seqs::BIGINT[]));
 
--- name: remove_ids_of_chunks
-DELETE FROM doc_ids WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+-- name: remove_ids_of_commits
+DELETE FROM doc_ids WHERE seq IN (SELECT unnest($seqs::BIGINT[]));
 
 -- name: content_since
 -- Keys added after a Bloom file's watermark (all of them when $since is -1).

@@ -51,15 +51,14 @@ DELETE FROM doc_ids;
 -- name: index_from_table
 -- As `recovery.content_rows` indexes a decided chunk: kept documents, and near duplicates
 -- under the id of the kept document they are near.
-INSERT INTO content_hashes
-SELECT ('0x' || d.content_hash)::UHUGEINT, CASE WHEN d.kept THEN d.id ELSE d.dup_of END,
-    d.chunk_key, r.seq
+INSERT INTO content_hashes (hash, doc_id, seq)
+SELECT ('0x' || d.content_hash)::UHUGEINT, CASE WHEN d.kept THEN d.id ELSE d.dup_of END, r.seq
 FROM table_rows d JOIN records r USING (chunk_key)
 WHERE d.kept OR (d.reason = 'near_dup' AND d.dup_of IS NOT NULL);
 
 -- name: ids_from_table
-INSERT INTO doc_ids
-SELECT DISTINCT md5_number(d.id), d.chunk_key, r.seq
+INSERT INTO doc_ids (hash, seq)
+SELECT DISTINCT md5_number(d.id), r.seq
 FROM table_rows d JOIN records r USING (chunk_key)
 WHERE d.id_given AND (d.reason IS NULL OR d.reason NOT LIKE 'malformed:%');
 

@@ -131,21 +131,21 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
     index = MembershipIndex(state.con)
     hexes = ["5d41402abc4b2a76b9719d911017c592", "0" * 32, "f" * 32, "0123456789ABCDEF" * 2]
     ids = ["hello", "é", "", "x" * 500]
-    kept = pa.table({"content_hash": hexes, "id": ids, "chunk_key": ["c1"] * 4})
-    given = pa.table({"id": [*ids, "hello"], "chunk_key": ["c1"] * 5})  # an id twice: one row
+    kept = pa.table({"content_hash": hexes, "id": ids})
+    given = pa.table({"id": [*ids, "hello"]})  # an id twice: one row
     with state.transaction():
         index.add(kept, given, seq=3)
     con = state.con
     assert con.execute(
         "SELECT count(*) FROM content_hashes h JOIN (SELECT unnest($h) AS x, "
         "unnest($i) AS i) v ON h.hash = ('0x' || v.x)::UHUGEINT AND h.doc_id = v.i "
-        "WHERE h.chunk_key = 'c1' AND h.seq = 3",
+        "WHERE h.seq = 3",
         {"h": hexes, "i": ids},
     ).fetchall() == [(4,)]
     assert con.execute("SELECT count(*), count(DISTINCT hash) FROM doc_ids").fetchall() == [(4, 4)]
     assert con.execute(
         "SELECT count(*) FROM doc_ids h JOIN (SELECT unnest($i) AS i) v "
-        "ON h.hash = md5_number(v.i) WHERE h.chunk_key = 'c1' AND h.seq = 3",
+        "ON h.hash = md5_number(v.i) WHERE h.seq = 3",
         {"i": ids},
     ).fetchall() == [(4,)]
     assert sorted(index.ids_seen(pa.array(ids))["id"].to_pylist()) == sorted(ids)
@@ -155,20 +155,56 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
     # a rolled-back chunk leaves no tier-2 rows behind, and the next write still works
     with pytest.raises(RuntimeError), state.transaction():
         index.add(
-            pa.table({"content_hash": ["1" * 32], "id": ["r"], "chunk_key": ["c2"]}),
-            pa.table({"id": ["r"], "chunk_key": ["c2"]}),
+            pa.table({"content_hash": ["1" * 32], "id": ["r"]}),
+            pa.table({"id": ["r"]}),
             seq=4,
         )
         raise RuntimeError("crash before SUCCESS")
     assert con.execute("SELECT count(*) FROM content_hashes WHERE seq = 4").fetchall() == [(0,)]
     with state.transaction():
         index.add(
-            pa.table({"content_hash": ["2" * 32], "id": ["s"], "chunk_key": ["c3"]}),
-            pa.table({"id": ["s"], "chunk_key": ["c3"]}),
+            pa.table({"content_hash": ["2" * 32], "id": ["s"]}),
+            pa.table({"id": ["s"]}),
             seq=5,
         )
     assert con.execute("SELECT count(*) FROM content_hashes").fetchall() == [(5,)]
     assert con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
+    # a chunk's rows leave by its commit seq, and only they
+    with state.transaction():
+        index.remove_commits([3])
+    assert con.execute("SELECT seq FROM content_hashes").fetchall() == [(5,)]
+    assert con.execute("SELECT seq FROM doc_ids").fetchall() == [(5,)]
+    state.close()
+
+
+def test_a_state_of_the_layout_before_loses_the_chunk_key_columns_and_no_row(
+    tmp_path: Path,
+) -> None:
+    """Migration 004: the index rows of a state made when they carried their chunk's key keep
+    their keys and seqs, and leave by seq afterwards."""
+    from lakecurate import engine
+    from lakecurate.store.state import SCHEMA_VERSION_KEY
+
+    path = tmp_path / "state.duckdb"
+    con = engine.connect(path)
+    for number, text in engine.migrations():
+        if number <= 3:
+            con.execute(text)
+    con.execute("INSERT INTO lake_meta VALUES (?, '3')", [SCHEMA_VERSION_KEY])
+    con.execute("INSERT INTO content_hashes VALUES (1, 'a', 'k1', 1), (2, 'b', 'k2', 2)")
+    con.execute("INSERT INTO doc_ids VALUES (1, 'k1', 1), (2, 'k2', 2)")
+    con.close()
+    state = StateStore.open(path)
+    assert [c[0] for c in state.con.execute("DESCRIBE content_hashes").fetchall()] == [
+        "hash",
+        "doc_id",
+        "seq",
+    ]
+    assert [c[0] for c in state.con.execute("DESCRIBE doc_ids").fetchall()] == ["hash", "seq"]
+    with state.transaction():
+        MembershipIndex(state.con).remove_commits([1])
+    assert state.con.execute("SELECT * FROM content_hashes").fetchall() == [(2, "b", 2)]
+    assert state.con.execute("SELECT * FROM doc_ids").fetchall() == [(2, 2)]
     state.close()
 
 
@@ -182,8 +218,8 @@ def test_bulk_and_row_writes_store_the_same_rows(tmp_path: Path) -> None:
     n = index_module.BULK_ROWS + 10
     ids = [f"doc-{rng.randrange(n)}-é" for _ in range(n)]  # some ids repeat
     hexes = [f"{rng.getrandbits(128):032x}" for _ in range(n)]
-    kept = pa.table({"content_hash": hexes, "id": ids, "chunk_key": ["c1"] * n})
-    given = pa.table({"id": ids, "chunk_key": ["c1"] * n})
+    kept = pa.table({"content_hash": hexes, "id": ids})
+    given = pa.table({"id": ids})
     stored = []
     for bulk, folder in ((n, "bulk"), (n + 1, "rows")):
         (tmp_path / folder).mkdir()
