@@ -37,6 +37,8 @@ from lakecurate.store.state import StateStore
 from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
 HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
+ATTEMPT_SECONDS = 1.0  # how soon a begun chunk's attempt is written (a statement per chunk
+# begun cost the driver as much as deciding a small chunk)
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
 SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
 BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
@@ -143,6 +145,13 @@ class Scheduler:
         self.queue: list[str] = []  # a heap of chunk keys: the workers take the first in order
         self.by_key: dict[str, ChunkSpec] = {}
         self.attempts: dict[str, int] = {}
+        # An attempt counts once a worker starts the chunk, not when it is submitted: with
+        # many quick chunks submitted ahead, a kill would use up attempts of chunks no worker
+        # ever began. ``unstarted``: submitted, not begun; ``uncounted``: begun, not yet
+        # written to the state (within ATTEMPT_SECONDS, at a failure, at the end of the run).
+        self.unstarted: set[str] = set()
+        self.uncounted: list[str] = []
+        self.counted_at = time.monotonic()
         self.results: dict[str, ChunkResult] = {}
         self.retry_at: dict[str, float] = {}
         self.dead: set[str] = set()
@@ -201,10 +210,14 @@ class Scheduler:
                         for k, f in self.executor.progress().items()
                     }
                 )
+                self.began(self.executor.started())
+                if time.monotonic() - self.counted_at > ATTEMPT_SECONDS:
+                    self.count_attempts()
                 if time.monotonic() - last_beat > HEARTBEAT_SECONDS:
                     self.state.heartbeat(self.executor.started())
                     last_beat = time.monotonic()
         finally:
+            self.count_attempts()
             self.executor.close()
             self.committer.drop_group()  # only after a failure is a group still open
         self.report.dead = sorted(
@@ -254,8 +267,23 @@ class Scheduler:
             going.append(spec)
         self.state.start([s.chunk_key for s in going], self.report.run_id)
         for spec in going:
-            self.attempts[spec.chunk_key] = self.attempts.get(spec.chunk_key, 0) + 1
+            self.unstarted.add(spec.chunk_key)
             self.executor.submit(spec, self.order)
+
+    def began(self, keys: list[str]) -> None:
+        """Workers began these chunks: each uses an attempt (once per submission)."""
+        for key in keys:
+            if key in self.unstarted:
+                self.unstarted.discard(key)
+                self.attempts[key] = self.attempts.get(key, 0) + 1
+                self.uncounted.append(key)
+
+    def count_attempts(self) -> None:
+        """Write the attempts begun since the last time to the state."""
+        if self.uncounted:
+            self.state.count_attempts(self.uncounted)
+            self.uncounted = []
+        self.counted_at = time.monotonic()
 
     def collect(self, outcome: Outcome) -> None:
         """One attempt's outcome: a result waits for the frontier, a failure is blamed, a
@@ -266,15 +294,22 @@ class Scheduler:
         elif outcome.finalise:
             self.finalised(outcome)
         elif outcome.result is not None:
+            self.began([key])  # done before a beat of it was seen
             self.results[key] = outcome.result
             took = outcome.result.seconds
             was = self.chunk_seconds
             self.chunk_seconds = took if was is None else 0.8 * was + 0.2 * took
-        elif outcome.blameless:
-            self.attempts[key] -= 1
+        elif outcome.blameless:  # cut off by another's crash: its attempt does not count
+            if key in self.unstarted:
+                self.unstarted.discard(key)
+            else:
+                self.attempts[key] -= 1
+                if key in self.uncounted:
+                    self.uncounted.remove(key)
             heapq.heappush(self.queue, key)
         else:
             assert outcome.error is not None
+            self.began([key])
             self.blame(key, outcome.error, outcome.why)
 
     def blame(self, key: str, exc: BaseException, why: str | None = None) -> None:
@@ -284,6 +319,7 @@ class Scheduler:
             raise disk_full(exc, f"a worker wrote the staged file of {key}") from exc
         message = why or f"{type(exc).__name__}: {exc}"
         tb = "".join(traceback.format_exception(exc))
+        self.count_attempts()
         used = self.attempts.get(key, 0)
         is_dead = verdict == "final" or used >= self.cfg.ingest.max_attempts
         self.state.fail(key, is_dead, message, tb, "", self.report.run_id)
@@ -454,6 +490,8 @@ class Scheduler:
         their group once it is full."""
         if not self.committer.group:
             self.group_opened = time.monotonic()
+        if any(spec.chunk_key in self.uncounted for spec, _ in ready):
+            self.count_attempts()  # before their SUCCESS, which counts one if none was
         for order in self.committer.stage(ready):
             self._finalise(order)
         self.group_bytes += sum(spec.input_bytes for spec, _ in ready)

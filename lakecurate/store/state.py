@@ -269,6 +269,11 @@ class StateStore:
             self._event(keys, Status.RUNNING, "dispatched to a worker", run_id)
             self._x("state.start_chunk", {"keys": list(keys), "run_id": run_id})
 
+    def count_attempts(self, keys: Sequence[str]) -> None:
+        """Workers began these chunks (a key once per attempt begun)."""
+        if keys:
+            self._x("state.count_attempts", {"keys": list(keys)})
+
     def heartbeat(self, keys: Sequence[str]) -> None:
         if keys:
             self._x("state.heartbeat", {"keys": list(keys)})

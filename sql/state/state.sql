@@ -75,9 +75,16 @@ UPDATE chunks SET status = 'PENDING', worker = NULL, heartbeat_at = NULL
 WHERE status = 'RUNNING';
 
 -- name: start_chunk
-UPDATE chunks SET status = 'RUNNING', attempts = attempts + 1, started_at = now(),
+-- Submitted to the workers; the attempt counts once one begins it (`count_attempts`).
+UPDATE chunks SET status = 'RUNNING', started_at = now(),
     heartbeat_at = now(), finished_at = NULL, run_id = $run_id
 WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
+
+-- name: count_attempts
+-- A key twice (begun twice since the last count) counts twice.
+UPDATE chunks SET attempts = chunks.attempts + n.n
+FROM (SELECT k AS chunk_key, count(*) AS n FROM unnest($keys::VARCHAR[]) t(k) GROUP BY k) n
+WHERE chunks.chunk_key = n.chunk_key;
 
 -- name: heartbeat
 UPDATE chunks SET heartbeat_at = now()
@@ -145,9 +152,11 @@ UPDATE commits SET status = 'DONE', delta_version = $version, rows_added = $adde
 WHERE seq = $seq;
 
 -- name: succeed_chunks
--- The chunks one Delta commit carried (a registered table, one row per chunk) become SUCCESS.
+-- The chunks one Delta commit carried (a registered table, one row per chunk) become SUCCESS;
+-- one whose attempt was cut off before it was counted (staged by a run killed within
+-- `ATTEMPT_SECONDS`) still took one.
 UPDATE chunks SET status = 'SUCCESS', delta_version = $version, commit_seq = f.seq,
-    finished_at = now(),
+    finished_at = now(), attempts = greatest(chunks.attempts, 1),
     rows_in = f.rows_in, rows_kept = f.rows_kept, rows_dropped = f.rows_dropped,
     rows_malformed = f.rows_malformed, worker = coalesce(f.worker, chunks.worker),
     gate_violations = f.gate_violations, redactions = f.redactions,
