@@ -144,6 +144,8 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
         session.notes.append(note)
     if bloom:
         session.notes += session.index.open_tier1(session.paths.index)
-    for leftover in session.paths.root.iterdir():  # e.g. a snapshot cut off by a kill
-        if atomic.is_temp(leftover):
+    # The temp files a killed writer left (a snapshot, a signature, band or Bloom file cut off
+    # while it was written): this session holds the lake, so no other writer owns them.
+    for leftover in [*session.paths.root.iterdir(), *session.paths.index.rglob("*")]:
+        if atomic.is_temp(leftover) and leftover.is_file():
             leftover.unlink(missing_ok=True)

@@ -104,3 +104,27 @@ def test_verify_finds_band_rows_of_commits_that_left(tmp_path: Path) -> None:
     )
     assert lake.verify(repair=True).repaired
     assert _bands(lake.root) == before
+
+
+def test_the_next_writer_removes_temp_files_a_killed_one_left_in_the_index(
+    tmp_path: Path,
+) -> None:
+    """A kill while a signature, band or Bloom file was being written leaves its temp file
+    (found by a model campaign: `verify` then reported it after every later ingest)."""
+    lake_dir = tmp_path / "lake"
+    corpus = _corpus(tmp_path / "in")
+    lake = Lake.open(lake_dir)
+    assert lake.ingest([corpus], config=_config(tmp_path)).ok
+    index = lake_dir / "index"
+    temps = [
+        index / "signatures" / "451.arrow.tmp_18105_1796534814546301973",
+        index / "bands" / "7.arrow.tmp_1_2",
+        index / "content.bloom.tmp_3_4",
+    ]
+    for temp in temps:
+        temp.write_bytes(b"cut off")
+    problems = Lake.open(lake_dir).verify().problems
+    assert sum("leftover temp file" in p for p in problems) == len(temps), problems
+    assert Lake.open(lake_dir).ingest([corpus], config=_config(tmp_path)).ok
+    assert not [t for t in temps if t.exists()]
+    assert Lake.open(lake_dir).verify().ok
