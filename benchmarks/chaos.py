@@ -38,7 +38,8 @@ Run from the repository root with the project's virtualenv::
     python benchmarks/chaos.py --kills 100 --seed 2
     python benchmarks/chaos.py --kills 5 --scale 1 --out /tmp/chaos.json   # a quick look
 
-``tests/integration/test_chaos_fast.py`` runs ``campaign()`` with 5 kills in the test suite.
+``tests/integration/test_chaos_fast.py`` runs ``campaign()`` with 3 kills in the test suite (5 with
+``-m slow``).
 """
 
 from __future__ import annotations

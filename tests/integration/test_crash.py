@@ -64,7 +64,11 @@ POINTS = [
     "worker:kill:web_a_00002",  # while workers run
     "staged_write:kill:web_a_00003",  # a staged file half-written (temp file present)
     "before_delta_commit:kill:web_a_00001",  # intent recorded, Delta not yet written
-    "after_delta_commit:kill:web_a_00002",  # between the Delta commit and the state update
+    pytest.param(  # between the Delta commit and the state update; the default run has the
+        # same test at this point in a later group (GROUP_POINTS), and the near-dedup and S3 ones
+        "after_delta_commit:kill:web_a_00002",
+        marks=pytest.mark.slow,
+    ),
     "during_state_update:kill:web_a_00004",  # inside the state transaction
     pytest.param(  # a later file, after several commits (the same point as web_a_00002)
         "after_delta_commit:kill:forum", marks=pytest.mark.slow
@@ -97,6 +101,7 @@ def test_kill_at_point_then_rerun(
     assert outcomes == ["KILLED", "OK"]
 
 
+@pytest.mark.slow  # the default run kills at random in test_chaos_fast (the same checks and more)
 def test_random_kills_until_done(
     corpus: Path,
     small_cfg: Path,

@@ -161,36 +161,25 @@ def _documents_full(
     return done
 
 
-def test_documents_volume_full_then_freed(
+def test_documents_volume_full_message_no_orphan_then_freed(
     corpus: Path,
     small_cfg: Path,
     small_reference: list,  # type: ignore[type-arg]
     tmp_path: Path,
     tmpfs: Mount,
 ) -> None:
+    """One run that fills the documents volume (each check below reads, none writes): its one
+    error line, no orphan data file, nothing partial visible; then space is freed."""
     lake = tmp_path / "lake"
-    _documents_full(corpus, small_cfg, lake, tmpfs)
-    assert_nothing_partial_visible(lake)
-    _grow(lake / "documents")
-    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
-
-
-def test_documents_volume_full_message(
-    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
-) -> None:
-    assert_one_clear_line(_documents_full(corpus, small_cfg, tmp_path / "lake", tmpfs))
-
-
-def test_documents_volume_full_leaves_no_orphan(
-    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
-) -> None:
-    lake = tmp_path / "lake"
-    _documents_full(corpus, small_cfg, lake, tmpfs)
+    assert_one_clear_line(_documents_full(corpus, small_cfg, lake, tmpfs))
     has_log = any((lake / "documents" / "_delta_log").glob("*.json"))  # no group fitted: none
     dt = DeltaTable(str(lake / "documents")) if has_log else None
     referenced = {os.path.normpath(u) for u in dt.file_uris()} if dt else set()
     on_disk = {os.path.normpath(str(p)) for p in (lake / "documents").rglob("*.parquet")}
     assert on_disk == referenced
+    assert_nothing_partial_visible(lake)
+    _grow(lake / "documents")
+    _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 
 
 def test_staging_volume_full_then_freed(
@@ -221,24 +210,19 @@ def _lake_volume_full(
     return ballast, done
 
 
-def test_lake_volume_full_then_freed(
+def test_lake_volume_full_message_then_freed(
     corpus: Path,
     small_cfg: Path,
     small_reference: list,  # type: ignore[type-arg]
     tmp_path: Path,
     tmpfs: Mount,
 ) -> None:
-    ballast, _ = _lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)
+    ballast, done = _lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)
+    assert_one_clear_line(done)
     lake = ballast.parent / "lake"
     assert_nothing_partial_visible(lake)
     ballast.unlink()
     _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
-
-
-def test_lake_volume_full_message(
-    corpus: Path, small_cfg: Path, tmp_path: Path, tmpfs: Mount
-) -> None:
-    assert_one_clear_line(_lake_volume_full(corpus, small_cfg, tmp_path / "disk", tmpfs)[1])
 
 
 # -- injected ENOSPC at each write --------------------------------------------------------------
@@ -252,16 +236,7 @@ INJECTED = [
 
 
 @pytest.mark.parametrize("fault", INJECTED)
-def test_injected_enospc_stops_with_one_line(
-    fault: str, corpus: Path, small_cfg: Path, tmp_path: Path
-) -> None:
-    done = _ingest(corpus, tmp_path / "lake", small_cfg, fault)
-    assert_one_clear_line(done)
-    assert_nothing_partial_visible(tmp_path / "lake")
-
-
-@pytest.mark.parametrize("fault", INJECTED)
-def test_injected_enospc_then_freed(
+def test_injected_enospc_stops_with_one_line_then_freed(
     fault: str,
     corpus: Path,
     small_cfg: Path,
@@ -271,6 +246,7 @@ def test_injected_enospc_then_freed(
     lake = tmp_path / "lake"
     done = _ingest(corpus, lake, small_cfg, fault)
     assert done.returncode != 0 and NO_SPACE in (done.stdout + done.stderr).lower()
+    assert_one_clear_line(done)
     assert_nothing_partial_visible(lake)
     _rerun_gives_the_clean_lake(corpus, lake, small_cfg, small_reference)
 

@@ -46,11 +46,10 @@ def test_a_ray_run_equals_a_local_run(
     assert not ray.is_initialized()  # the Ray it started is shut down again
 
 
-@pytest.fixture
-def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    """A head that runs nothing and two one-CPU worker nodes, on loopback. Their workers sleep
-    a second per chunk (a ``sleep`` fault), so a node can be removed while it has work."""
-    for k, v in {**QUIET, "LAKECURATE_FAULT": "worker:sleep"}.items():
+def _cluster(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Iterator[Cluster]:
+    """A head that runs nothing and two one-CPU worker nodes, on loopback, their processes
+    started with ``env`` too."""
+    for k, v in {**QUIET, **env}.items():
         monkeypatch.setenv(k, v)  # inherited by the nodes' processes
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
@@ -61,6 +60,19 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
         yield c
     finally:
         c.shutdown()
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """``_cluster`` whose workers sleep a second per chunk (a ``sleep`` fault), so a node can
+    be removed while it has work."""
+    yield from _cluster(monkeypatch, {"LAKECURATE_FAULT": "worker:sleep"})
+
+
+@pytest.fixture
+def quick_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    """``_cluster`` at full speed, for a test that removes no node."""
+    yield from _cluster(monkeypatch, {})
 
 
 def test_removing_a_worker_node_mid_run_loses_and_doubles_nothing(
@@ -98,13 +110,13 @@ def test_a_ray_cluster_writes_an_s3_lake(
     small_cfg: Path,
     small_reference: list,  # type: ignore[type-arg]
     s3: S3Server,
-    cluster: Cluster,
+    quick_cluster: Cluster,
 ) -> None:
     """The nodes write the data files and staged files straight to object storage (the
     cluster's processes got the S3 settings from the environment); the driver commits."""
     uri = f"s3://{s3.bucket()}/lake"
     report = Lake.open(uri).ingest(
-        [corpus], config=small_cfg, executor="ray", address=cluster.address
+        [corpus], config=small_cfg, executor="ray", address=quick_cluster.address
     )
     assert report.ok
     assert_lake_consistent(uri, small_reference)

@@ -35,8 +35,12 @@ _COMPRESS = {
     ".bz2": bz2.compress,
     ".xz": lzma.compress,
 }
+# Every name with every compression; the default run keeps each name and each compression
+# once (every .jsonl one, plain .ndjson, .json.gz), `-m slow` runs the other combinations.
 ALIASES = [
     name + comp
+    if name == ".jsonl" or name + comp in (".ndjson", ".json.gz")
+    else pytest.param(name + comp, marks=pytest.mark.slow)
     for name in (".jsonl", ".ndjson", ".json")
     for comp in _COMPRESS
     if name + comp != ".json"
