@@ -3,7 +3,7 @@
 A worker's peak is what it holds plus what its allocators kept: Arrow's pool (mimalloc) keeps
 the pages of freed buffers, and glibc keeps freed heap blocks under the ones still in use. On
 a 256 MiB chunk the decide's freed input and the signature batches' freed shingles made about
-a third of the stage's peak (946 MiB, 751 MiB once released between phases). ``malloc_trim``
+a fifth of the stage's peak (946 MiB, 747 MiB once released between phases). ``malloc_trim``
 walks the heap (milliseconds), so callers release only after work on large data.
 """
 
