@@ -95,6 +95,7 @@ def test_state_held_by_a_reader_is_busy_and_left_alone(lake: Path, run_cli: Run)
     assert Lake.open(lake).verify().problems == []
 
 
+@pytest.mark.slow  # 20 s of a deliberately slowed ingest; the other repairs stay
 def test_repair_during_an_ingest_whose_lock_file_was_deleted(
     corpus: Path,
     small_cfg: Path,

@@ -75,6 +75,7 @@ def quick_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     yield from _cluster(monkeypatch, {})
 
 
+@pytest.mark.slow  # 35 s; a Ray run and a Ray run into S3 stay in the default run
 def test_removing_a_worker_node_mid_run_loses_and_doubles_nothing(
     corpus: Path,
     small_cfg: Path,
