@@ -77,6 +77,7 @@ def test_a_chunk_reports_how_far_it_is_before_it_is_committed(
     assert rec.done_at is not None and rec.done_at >= 1
 
 
+@pytest.mark.slow  # a real terminal, 10 s; tests/unit/test_engine.py checks the setting
 def test_no_duckdb_bar_on_a_terminal(big_chunk: Path, tmp_path: Path) -> None:
     """A real ingest on a pseudo-terminal: DuckDB's bar (drawn with U+2595/U+258F) never
     appears, in the driver's output or the workers' (they share the terminal)."""
