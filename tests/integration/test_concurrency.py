@@ -26,7 +26,10 @@ def test_readers_and_a_second_writer_during_an_ingest(
 ) -> None:  # type: ignore[no-untyped-def]
     lake = tmp_path / "lake"
     args = ("ingest", corpus, "--lake", lake, "--config", config_file, "--workers", "2")
-    proc = start_lakecurate(*args, env={"LAKECURATE_FAULT": "after_delta_commit:sleep"})
+    # A second's sleep after the Delta commit of each of web_a's 6 chunks (of 12): the ingest
+    # lasts long enough for several reader rounds.
+    slow = "after_delta_commit:sleep:web_a"
+    proc = start_lakecurate(*args, env={"LAKECURATE_FAULT": slow})
     try:
         deadline = time.monotonic() + 60
         while not (lake / "state.snapshot.duckdb").exists() and time.monotonic() < deadline:
