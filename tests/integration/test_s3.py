@@ -4,6 +4,7 @@ command on it, and a lake taken over from object storage alone."""
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import signal
@@ -242,6 +243,12 @@ def _lease_key(s3: S3Server, bucket: str) -> bool:
     return "lake/_state/LEASE" in s3.keys(bucket, "lake/_state/")
 
 
+def _lease_written(s3: S3Server, bucket: str) -> datetime.datetime:
+    """When the lease object was last written (taken or renewed), by the server's clock."""
+    head = s3.client().head_object(Bucket=bucket, Key="lake/_state/LEASE")
+    return head["LastModified"]  # type: ignore[no-any-return]
+
+
 def test_two_machines_never_write_one_lake_at_once(
     corpus: Path,
     small_cfg: Path,
@@ -257,10 +264,11 @@ def test_two_machines_never_write_one_lake_at_once(
 
     from lakecurate.errors import LockedError
 
-    monkeypatch.setenv("LAKECURATE_LEASE_SECONDS", "6")
+    ttl = 3.0  # the writer renews its lease every second
+    monkeypatch.setenv("LAKECURATE_LEASE_SECONDS", str(ttl))
     bucket = s3.bucket()
     uri = f"s3://{bucket}/lake"
-    env = {**s3.env, "LAKECURATE_LEASE_SECONDS": "6", "LAKECURATE_FAULT": "worker:sleep"}
+    env = {**s3.env, "LAKECURATE_LEASE_SECONDS": str(ttl), "LAKECURATE_FAULT": "worker:sleep"}
     args = ("ingest", corpus, "--lake", uri, "--config", small_cfg, "--workers", "1")
     writer = start_lakecurate(*args, env={**env, "LAKECURATE_STATE_DIR": str(tmp_path / "a")})
     deadline = time.monotonic() + 60
@@ -269,14 +277,19 @@ def test_two_machines_never_write_one_lake_at_once(
     assert _lease_key(s3, bucket), writer.communicate()
     with pytest.raises(LockedError, match=r"is being written by `ingest` on .* \(pid"):
         Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
-    time.sleep(2)  # it commits something, then a power cut
+    # It renews its lease, then a power cut mid-run, just after a renewal: the lease is then
+    # surely unexpired when the other machine tries below.
+    taken = _lease_written(s3, bucket)
+    while _lease_written(s3, bucket) == taken and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _lease_written(s3, bucket) > taken, "the writer never renewed its lease"
     os.killpg(writer.pid, signal.SIGKILL)
     writer.communicate()
     assert _lease_key(s3, bucket)  # left behind by the kill
     started = time.monotonic()
     with pytest.raises(LockedError, match="its lease expires"):
         Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
-    time.sleep(max(0.0, 6.5 - (time.monotonic() - started)))
+    time.sleep(max(0.0, ttl + 0.5 - (time.monotonic() - started)))
     report = Lake.open(uri, state_dir=tmp_path / "b").ingest([corpus], config=small_cfg)
     assert report.ok
     assert not _lease_key(s3, bucket)  # given back
