@@ -90,13 +90,15 @@ def test_hung_worker_is_killed_on_heartbeat_timeout(
     corpus: Path, tmp_path: Path, small_reference: list
 ) -> None:  # type: ignore[type-arg]
     lake = tmp_path / "lake"
-    cfg = _cfg(tmp_path, attempts=2, extra="heartbeat_timeout = 3")
+    # The least heartbeat_timeout the config takes (workers beat every second; a healthy task
+    # here takes well under a second): each attempt hangs only this long before its kill.
+    cfg = _cfg(tmp_path, attempts=2, extra="heartbeat_timeout = 2")
     done = _ingest(corpus, lake, cfg, f"worker:hang:{VICTIM}", timeout=240)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "no heartbeat" in done.stdout, done.stdout
     events = _events(lake)
     assert [s for s, _ in events if s in ("FAILED", "DEAD")] == ["FAILED", "DEAD"]
-    assert all("heartbeat_timeout = 3 s" in m for s, m in events if s in ("FAILED", "DEAD"))
+    assert all("heartbeat_timeout = 2 s" in m for s, m in events if s in ("FAILED", "DEAD"))
     assert Lake.open(lake).sql("SELECT count(*) FROM chunks WHERE status <> 'SUCCESS'").rows == [
         (1,)
     ]
