@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, cli_env, start_lakecurate
+from helpers import ROOT, SMALL_CONFIG, cli_env, start_lakecurate
 
 from lakecurate import Lake
 from lakecurate.lake.lock import LakeLock
@@ -25,6 +25,9 @@ def test_readers_and_a_second_writer_during_an_ingest(
     corpus: Path, config_file: Path, tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]
     lake = tmp_path / "lake"
+    # A commit per chunk, so the readers' snapshots move during the run (in one commit group,
+    # all of them read 0 chunks committed and "only move forward" held trivially).
+    config_file.write_text(SMALL_CONFIG.replace("[ingest]\n", "[ingest]\ncommit_chunks = 1\n"))
     args = ("ingest", corpus, "--lake", lake, "--config", config_file, "--workers", "2")
     # A second's sleep after the Delta commit of each of web_a's 6 chunks (of 12): the ingest
     # lasts long enough for several reader rounds.
