@@ -82,6 +82,10 @@ class IngestConfig:
     commit_chunks: int = 64
     commit_bytes: int = 1024**3
     commit_seconds: float = 5.0
+    # Processes that hold the near-dedup band index's rows for the driver, partitioned by band
+    # hash (store.band_shards): the driver's memory then stops growing with the lake and its
+    # lookups run in parallel. 0: the driver holds them (the fastest on one small machine).
+    deciders: int = 0
 
 
 @dataclass(frozen=True)
@@ -441,6 +445,7 @@ def from_dict(data: dict[str, Any]) -> Config:
             "commit_chunks",
             "commit_bytes",
             "commit_seconds",
+            "deciders",
         },
     )
     ded = _section("dedup", data.get("dedup", {}), {"exact"})
@@ -491,6 +496,7 @@ def from_dict(data: dict[str, Any]) -> Config:
             commit_seconds=_seconds(
                 "commit_seconds", ing.get("commit_seconds", defaults.commit_seconds)
             ),
+            deciders=_int("ingest", "deciders", ing.get("deciders", defaults.deciders), 0),
         ),
         input=_input_from_dict(data.get("input", {})),
         output=_output_from_dict(data.get("output", {})),
@@ -575,7 +581,8 @@ def to_toml(cfg: Config) -> str:
             f"max_compressed_chunk_bytes = {i.max_compressed_chunk_bytes}\n"
             f"commit_chunks = {i.commit_chunks}\n"
             f"commit_bytes = {i.commit_bytes}\n"
-            f"commit_seconds = {i.commit_seconds}\n\n"
+            f"commit_seconds = {i.commit_seconds}\n"
+            f"deciders = {i.deciders}\n\n"
             "[dedup]\n"
             f"exact = {'true' if d.exact else 'false'}\n"
         )

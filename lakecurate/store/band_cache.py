@@ -19,12 +19,16 @@ index) makes it reload instead of answering from stale rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
 import duckdb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from lakecurate import engine
+from lakecurate.errors import LakeError
 from lakecurate.store.signatures import SignatureFiles
 
 U64 = npt.NDArray[np.uint64]
@@ -87,59 +91,39 @@ def _push(runs: list[_Run], run: _Run) -> None:
         runs.append(earlier.merged(later))
 
 
-def band_rows(doc_seq: pa.Array | pa.ChunkedArray, lists: pa.Array | pa.ChunkedArray) -> Rows:
-    """(band_hash, band, doc_seq) rows of documents' band lists (none NULL)."""
-    col = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
-    values = np.asarray(col.flatten().to_numpy(), dtype=np.uint64)
-    lengths = np.diff(offsets)
-    within = np.arange(len(values), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
-    seqs = np.repeat(np.asarray(doc_seq.to_numpy(), dtype=np.int64), lengths)
-    return values, within.astype(np.uint8), seqs
+class Runs:
+    """Band rows as sorted runs that merge as they grow (a small log-structured merge): what
+    holds the cache's rows, here in the driver's memory (``store.band_shards`` holds them in
+    other processes, partitioned by hash, behind the same methods)."""
 
+    def __init__(self) -> None:
+        self._runs: list[_Run] = []
 
-class BandCache:
-    """The band rows of the documents ``minhash_docs`` on ``con`` holds, from ``files`` (see
-    the module docstring)."""
+    def clear(self) -> None:
+        self._runs = []
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, files: SignatureFiles) -> None:
-        self.con = con
-        self.files = files
-        self._runs: list[_Run] | None = None  # None: not loaded, or stale
-        self._commit_seqs: set[int] = set()  # commit seqs with rows here
-        self._fingerprint: tuple[int, int] = (0, -1)  # (rows, largest doc_seq) cached
-        self.loads = 0  # full loads from the table, for tests
+    def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
+        """Add band rows (``ordered``: sorted by hash)."""
+        if len(hashes):
+            _push(self._runs, _Run(hashes, bands, seqs, ordered=ordered))
 
-    def _table_fingerprint(self) -> tuple[int, int]:
-        ((rows, top),) = self.con.execute(engine.q("dedup.bands_fingerprint")).fetchall()
-        return int(rows), -1 if top is None else int(top)
-
-    def _current(self) -> list[_Run]:
-        """The runs, reloaded from the files when the index changed behind the cache's back."""
-        fingerprint = self._table_fingerprint()
-        if self._runs is not None and fingerprint == self._fingerprint:
-            return self._runs
-        runs: list[_Run] = []
-        indexed = self.con.execute(engine.q("dedup.indexed_seqs")).fetchall()
-        for (seq,) in indexed:  # file by file, as the index's adds did: no copy of the whole
-            lists = self.files.whole(int(seq))
+    def load(self, files: SignatureFiles, seqs: Sequence[int], keep: Keep | None = None) -> None:
+        """Hold exactly the band files of ``seqs``, read file by file as the index's adds did
+        (no copy of the whole); ``keep`` picks the rows of a file to hold (all: None)."""
+        self.clear()
+        for seq in seqs:
+            lists = files.whole(int(seq))
             if lists.num_rows:
-                _push(runs, _Run(*band_rows(lists["doc_seq"], lists[self.files.column])))
-        self._runs = runs
-        self._commit_seqs = {int(seq) for (seq,) in indexed}
-        self._fingerprint = fingerprint
-        self.loads += 1
-        return self._runs
+                rows = band_rows(lists["doc_seq"], lists[files.column])
+                self.push(*(rows if keep is None else keep(rows)))
 
-    def candidates(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]:
-        """(src, dst) pairs, distinct: the chunk's band rows (``hashes``, ``bands``, ``srcs``
-        their documents) against every cached row of the same bucket with doc_seq < ``below``."""
-        # Needles in order: a binary search for sorted needles stays in cache (9x faster).
-        order = np.argsort(hashes)
-        hashes, bands, srcs = hashes[order], bands[order], srcs[order]
+    def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]:
+        """(src, dst) of every held row in the bucket of a needle, with doc_seq < ``below``: a
+        pair once per band it shares. The needles are sorted by hash (a binary search for
+        sorted needles stays in cache: 9x faster)."""
         found_src: list[I64] = []
         found_dst: list[I64] = []
-        for run in self._current():
+        for run in self._runs:
             lo = np.searchsorted(run.hashes, hashes, side="left")
             hit = np.flatnonzero(lo < len(run))
             hit = hit[run.hashes[lo[hit]] == hashes[hit]]
@@ -158,34 +142,147 @@ class BandCache:
         if not found_src:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty
-        src, dst = np.concatenate(found_src), np.concatenate(found_dst)
+        return np.concatenate(found_src), np.concatenate(found_dst)
+
+    def __len__(self) -> int:
+        return sum(len(r) for r in self._runs)
+
+    def close(self) -> None:
+        self.clear()
+
+
+class HolderLostError(LakeError):
+    """A holder lost its rows (a decider process died): they are read again from the files."""
+
+
+Keep = Callable[[Rows], Rows]
+"""Which of a band file's rows a holder keeps (a shard: those of its hashes)."""
+
+
+class Holder(Protocol):
+    """Where the cache's band rows are held: ``Runs`` here, or ``band_shards.Shards``."""
+
+    def clear(self) -> None: ...
+
+    def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None: ...
+
+    def load(self, files: SignatureFiles, seqs: Sequence[int]) -> None: ...
+
+    def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]: ...
+
+    def __len__(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def by_hash(rows: Rows) -> Rows:
+    """Band rows sorted by band hash: what :meth:`BandCache.candidates` and
+    :meth:`BandCache.add` take with ``ordered=True`` (a chunk's rows are sorted once for both)."""
+    hashes, bands, seqs = rows
+    order = np.argsort(hashes)
+    return hashes[order], bands[order], seqs[order]
+
+
+def band_rows(doc_seq: pa.Array | pa.ChunkedArray, lists: pa.Array | pa.ChunkedArray) -> Rows:
+    """(band_hash, band, doc_seq) rows of documents' band lists (none NULL)."""
+    col = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    offsets = np.asarray(col.offsets.to_numpy(), dtype=np.int64)
+    values = np.asarray(col.flatten().to_numpy(), dtype=np.uint64)
+    lengths = np.diff(offsets)
+    within = np.arange(len(values), dtype=np.int64) - np.repeat(offsets[:-1] - offsets[0], lengths)
+    seqs = np.repeat(np.asarray(doc_seq.to_numpy(), dtype=np.int64), lengths)
+    return values, within.astype(np.uint8), seqs
+
+
+class BandCache:
+    """The band rows of the documents ``minhash_docs`` on ``con`` holds, from ``files`` (see
+    the module docstring), held by ``holder`` (default: in this process)."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, files: SignatureFiles, holder: Holder | None = None
+    ) -> None:
+        self.con = con
+        self.files = files
+        self.holder: Holder = holder if holder is not None else Runs()
+        self._loaded = False  # False: not loaded, or stale
+        self._commit_seqs: set[int] = set()  # commit seqs with rows here
+        self._fingerprint: tuple[int, int] = (0, -1)  # (rows, largest doc_seq) cached
+        self.loads = 0  # full loads from the table, for tests
+
+    def _table_fingerprint(self) -> tuple[int, int]:
+        ((rows, top),) = self.con.execute(engine.q("dedup.bands_fingerprint")).fetchall()
+        return int(rows), -1 if top is None else int(top)
+
+    def _current(self) -> Holder:
+        """The holder, reloaded from the files when the index changed behind the cache's back."""
+        fingerprint = self._table_fingerprint()
+        if self._loaded and fingerprint == self._fingerprint:
+            return self.holder
+        self._loaded = False
+        indexed = [
+            int(seq) for (seq,) in self.con.execute(engine.q("dedup.indexed_seqs")).fetchall()
+        ]
+        self.holder.load(self.files, indexed)
+        self._commit_seqs = set(indexed)
+        self._fingerprint = fingerprint
+        self._loaded = True
+        self.loads += 1
+        return self.holder
+
+    def candidates(
+        self, hashes: U64, bands: U8, srcs: I64, below: int, *, ordered: bool = False
+    ) -> tuple[I64, I64]:
+        """(src, dst) pairs, distinct: the chunk's band rows (``hashes``, ``bands``, ``srcs``
+        their documents; ``ordered``: already sorted by hash, ``by_hash``) against every
+        cached row of the same bucket with doc_seq < ``below``."""
+        if not ordered:
+            hashes, bands, srcs = by_hash((hashes, bands, srcs))
+        try:
+            src, dst = self._current().search(hashes, bands, srcs, below)
+        except HolderLostError:  # once: a holder that dies again is the news
+            self._loaded = False
+            src, dst = self._current().search(hashes, bands, srcs, below)
         order = np.lexsort((dst, src))  # one pair per shared band: keep one of each
         src, dst = src[order], dst[order]
         first = np.ones(len(src), dtype=bool)
         first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
         return src[first], dst[first]
 
-    def add(self, hashes: U64, bands: U8, seqs: I64) -> None:
+    def add(
+        self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False, docs: I64 | None = None
+    ) -> None:
         """After the index inserted the documents of these band rows (in the caller's
         transaction): add them, unless the cache is stale or already holds their commit seqs
-        (an earlier attempt's rows the insert replaced): then the next use reloads."""
-        if self._runs is None:
+        (an earlier attempt's rows the insert replaced): then the next use reloads.
+        ``ordered``: the rows are sorted by hash (``by_hash``); ``docs``: their documents'
+        doc_seqs when the caller has them (``np.unique`` over the band rows, 16 per document,
+        was a sixth of adding a chunk, issue 14)."""
+        if not self._loaded:
             return
-        new = set(np.unique(seqs >> ROW_BITS).tolist())
+        docs = np.unique(seqs if docs is None else docs)
+        new = set(np.unique(docs >> ROW_BITS).tolist())
         before = self._fingerprint
         after = (
-            before[0] + len(np.unique(seqs)),
-            max(before[1], int(seqs.max()) if len(seqs) else -1),
+            before[0] + len(docs),
+            max(before[1], int(docs[-1]) if len(docs) else -1),
         )
         if new & self._commit_seqs or self._table_fingerprint() != after:
-            self._runs = None
+            self._loaded = False
             return
-        if len(seqs):
-            _push(self._runs, _Run(hashes, bands, seqs))
+        self._loaded = False  # until the rows are in: a holder that fails reloads next time
+        try:
+            self.holder.push(hashes, bands, seqs, ordered=ordered)
+        except HolderLostError:
+            return  # the next lookup reads the files again
+        self._loaded = True
         self._commit_seqs |= new
         self._fingerprint = after
 
     @property
     def rows(self) -> int:
         """Band rows held (0 when not loaded)."""
-        return sum(len(r) for r in self._runs or ())
+        try:
+            return len(self.holder) if self._loaded else 0
+        except HolderLostError:
+            self._loaded = False
+            return 0

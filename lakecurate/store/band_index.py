@@ -29,7 +29,8 @@ from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
-from lakecurate.store.band_cache import BandCache, Rows, band_rows
+from lakecurate.store.band_cache import BandCache, Rows, band_rows, by_hash
+from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 ROW_BITS = 32
@@ -109,11 +110,13 @@ def _typed(docs: pa.Table) -> pa.Table:
     return docs.select(CHUNK_SCHEMA.names).cast(CHUNK_SCHEMA)
 
 
-def _band_rows(docs: pa.Table) -> Rows:
+def _band_rows(docs: pa.Table) -> tuple[Rows, npt.NDArray[np.int64]]:
     """(band_hash, band, doc_seq) of every band of a :data:`CHUNK_SCHEMA` table's documents
-    with tokens: the rows ``dedup.chunk_bands`` makes, as numpy arrays."""
+    with tokens (the rows ``dedup.chunk_bands`` makes, as numpy arrays) sorted by band hash,
+    and those documents' doc_seqs."""
     docs = docs.filter(pc.is_valid(docs["bands"]))
-    return band_rows(docs["doc_seq"], docs["bands"])
+    seqs = np.asarray(docs["doc_seq"].to_numpy(), dtype=np.int64)
+    return by_hash(band_rows(docs["doc_seq"], docs["bands"])), seqs
 
 
 def chunk_table(
@@ -189,6 +192,7 @@ class NearDedupIndex:
         con: duckdb.DuckDBPyConnection,
         cfg: NearDedupConfig,
         signatures: SignatureFiles | None = None,
+        deciders: int = 0,
     ) -> None:
         """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (lakes made before
         issue 17) joins a document to the smallest cluster among its earlier neighbours, so
@@ -199,21 +203,31 @@ class NearDedupIndex:
         Jaccard of the shingle sets with ``cfg.verify_on = "shingles"``, equal signature
         positions with ``"signature"``. ``signatures`` holds what verification compares: the
         lake's ``index/signatures`` files, or in memory when not given (an index on a throw-away
-        connection)."""
+        connection). ``deciders``: processes that hold the band cache's rows
+        (``store.band_shards``; 0: this one)."""
         self.con = con
         self.cfg = cfg
         self.link: Link = cfg.link
         self.signatures = signatures if signatures is not None else SignatureFiles(None)
         self.bands = self.signatures.bands()  # the band index itself: one file per commit
-        self.cache = BandCache(con, self.bands)  # a chunk's candidates in the lake, by key
+        holder = Shards(deciders) if deciders and self.bands.folder is not None else None
+        self.cache = BandCache(con, self.bands, holder)  # a chunk's candidates in the lake
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
+        # The band rows of the last chunk matched, sorted by hash, for its add_chunk: sorting
+        # them twice was a tenth of the driver's near-dedup work (issue 14).
+        self._last_rows: tuple[pa.Table, tuple[Rows, npt.NDArray[np.int64]]] | None = None
 
     @classmethod
     def of_config(
-        cls, con: duckdb.DuckDBPyConnection, cfg: Config, signatures: SignatureFiles
+        cls,
+        con: duckdb.DuckDBPyConnection,
+        cfg: Config,
+        signatures: SignatureFiles,
+        deciders: int = 0,
     ) -> NearDedupIndex:
-        """The band index with the lake config's ``[near_dedup]`` settings, its tables made."""
-        index = cls(con, cfg.near_dedup, signatures)
+        """The band index with the lake config's ``[near_dedup]`` settings, its tables made
+        (``deciders``: as ``__init__`` takes them; a write session's, ``[ingest] deciders``)."""
+        index = cls(con, cfg.near_dedup, signatures, deciders)
         index.create_schema()
         return index
 
@@ -308,7 +322,7 @@ class NearDedupIndex:
         try:
             params = {"chunk_min": lo}
             self.con.execute(engine.q("dedup.chunk_bands"))
-            src, dst = self.cache.candidates(*_band_rows(_typed(docs)), below=lo)
+            src, dst = self.cache.candidates(*self._rows_of(docs)[0], below=lo, ordered=True)
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
             self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
@@ -344,6 +358,12 @@ class NearDedupIndex:
             for name in ("nd_old_cand", "nd_old_sigs", "nd_chunk_sigs"):
                 self.con.unregister(name)
         return result.cast(RESULT_SCHEMA)
+
+    def _rows_of(self, docs: pa.Table) -> tuple[Rows, npt.NDArray[np.int64]]:
+        """``_band_rows`` of a chunk table, once for its match and its add (the same table)."""
+        if self._last_rows is None or self._last_rows[0] is not docs:
+            self._last_rows = (docs, _band_rows(_typed(docs)))
+        return self._last_rows[1]
 
     def _old(self, needed: str) -> pa.Table:
         """The signatures of the earlier documents the named query lists (none without
@@ -402,10 +422,15 @@ class NearDedupIndex:
                 (bands or ChunkSets.of_docs(seq, _typed(docs), "bands")).store(self.bands)
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_docs"))
-            self.cache.add(*_band_rows(_typed(docs)))
+            rows, seqs = self._rows_of(docs)
+            self.cache.add(*rows, ordered=True, docs=seqs)
         finally:
             self.con.unregister("nd_chunk")
             self.con.unregister("nd_matched")
+
+    def close(self) -> None:
+        """Let go of the band cache's holder (stops its decider processes)."""
+        self.cache.holder.close()
 
     def largest_clusters(self, limit: int = 10, samples: int = 5) -> pa.Table:
         """The biggest clusters: cluster_id, size, kept_id, sample_ids (a giant one means the

@@ -92,6 +92,9 @@ def write_session(
                 raise
         finally:
             with contextlib.suppress(Exception):
+                if session.near is not None:
+                    session.near.close()  # its decider processes, when it has some
+            with contextlib.suppress(Exception):
                 state.close()
 
 
@@ -129,7 +132,7 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
         session.notes.append(note)
     if cfg is not None and cfg.near_dedup.enabled:
         signatures = SignatureFiles(session.paths.signatures)
-        session.near = NearDedupIndex.of_config(state.con, cfg, signatures)
+        session.near = NearDedupIndex.of_config(state.con, cfg, signatures, cfg.ingest.deciders)
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )

@@ -94,3 +94,23 @@ def test_repair_of_a_lost_state_rebuilds_the_band_index(
     q = "SELECT doc_seq, doc_id, cluster_id FROM minhash_docs ORDER BY doc_seq"
     assert lk.sql(q).rows == ref.sql(q).rows
     assert near_decisions(lake) == near_decisions(reference)
+
+
+def test_decider_processes_equal_the_driver_through_a_kill(
+    reference: Path, corpus: Path, tmp_path: Path
+) -> None:
+    """``[ingest] deciders = 2``: the band index's rows in two decider processes, partitioned
+    by hash. The decisions are the driver's own, through a SIGKILL of the whole process group
+    (the deciders die with it) and a resume that reads the band files again; no decider
+    outlives the session that started it."""
+    import multiprocessing
+
+    cfg = tmp_path / "deciders.toml"
+    cfg.write_text(NEAR_CONFIG.replace("[ingest]\n", "[ingest]\ndeciders = 2\n"))
+    lake = tmp_path / "lake"
+    args = ("ingest", corpus, "--lake", lake, "--config", cfg)
+    killed = run_lakecurate(*args, env={"LAKECURATE_FAULT": "after_delta_commit:kill:web_a_00003"})
+    assert killed.returncode == -signal.SIGKILL
+    assert Lake.open(lake).ingest([corpus], config=cfg, workers=2).ok
+    assert not [p for p in multiprocessing.active_children() if "decider" in p.name]
+    assert near_decisions(lake) == near_decisions(reference)

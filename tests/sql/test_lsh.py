@@ -156,8 +156,8 @@ def test_match_and_add_are_idempotent(index: band_index.NearDedupIndex, corpus) 
     assert index.match_chunk(second).equals(before)  # the index already holding it changes nothing
     index.add_chunk(second, before)
     ((n_docs,),) = index.con.execute("SELECT count(*) FROM minhash_docs").fetchall()
-    index.cache._runs = None  # read the band files again
-    index.cache.candidates(*band_index._band_rows(second), below=0)
+    index.cache._loaded = False  # read the band files again
+    index.cache.candidates(*band_index._band_rows(second)[0], below=0, ordered=True)
     with_tokens = int(pa.compute.sum(pa.compute.is_valid(bands.slice(0, 120))).as_py())
     assert n_docs == with_tokens
     assert index.cache.rows == with_tokens * mh.layout(CFG)[0]

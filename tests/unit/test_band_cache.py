@@ -1,5 +1,6 @@
 """The band cache answers what a join over every indexed band row answers, and never from stale
-rows: its truth is the band files of the commits ``minhash_docs`` holds documents of."""
+rows: its truth is the band files of the commits ``minhash_docs`` holds documents of. So does
+it when decider processes hold its rows (``store.band_shards``), even when one is killed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from lakecurate import engine
-from lakecurate.store.band_cache import BandCache
+from lakecurate.store.band_cache import BandCache, Holder
+from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import SignatureFiles
 
 # The model: every live band row, kept by the test beside the index.
@@ -36,6 +38,17 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
 @pytest.fixture
 def files(tmp_path: Path) -> SignatureFiles:
     return SignatureFiles(tmp_path / "signatures").bands()
+
+
+@pytest.fixture(params=["driver", "3 deciders"])
+def holder(request: pytest.FixtureRequest) -> Iterator[Holder | None]:
+    """Where the cache's rows live: in the test's process, or in 3 real decider processes."""
+    if request.param == "driver":
+        yield None
+        return
+    shards = Shards(3)
+    yield shards
+    shards.close()
 
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (doc_seq, hashes of shape (docs, BANDS))
@@ -93,10 +106,10 @@ def cached(cache: BandCache, c: Chunk, below: int) -> list:
 
 
 def test_cache_equals_the_join_as_the_index_grows(
-    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles, holder: Holder | None
 ) -> None:
     rng = np.random.default_rng(1)
-    cache = BandCache(con, files)
+    cache = BandCache(con, files, holder)
     for seq in range(1, 30):
         c = chunk(rng, seq, int(rng.integers(1, 40)))
         below = seq << 32
@@ -109,13 +122,16 @@ def test_cache_equals_the_join_as_the_index_grows(
     fresh = BandCache(con, files)
     assert cached(fresh, probe, 40 << 32) == cached(cache, probe, 40 << 32)
     assert fresh.rows == cache.rows
+    if isinstance(holder, Shards):  # every shard holds a part: the rows are spread
+        held = holder._ask([("rows", ())] * holder.count)
+        assert sum(held) == cache.rows and min(held) > 0
 
 
 def test_a_change_the_cache_did_not_make_reloads_it(
-    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles, holder: Holder | None
 ) -> None:
     rng = np.random.default_rng(2)
-    cache = BandCache(con, files)
+    cache = BandCache(con, files, holder)
     for seq in range(1, 6):
         c = chunk(rng, seq, 30)
         cached(cache, c, 0)
@@ -139,6 +155,36 @@ def test_a_change_the_cache_did_not_make_reloads_it(
     forget(con, 5)
     insert(con, files, cache, chunk(rng, 5, 30))
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
+
+
+def test_a_killed_decider_loses_nothing(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+) -> None:
+    """SIGKILL a decider process between lookups, and between an insert and the next lookup:
+    the cache starts them again, reads the band files again, and answers as before."""
+    import os
+    import signal
+
+    rng = np.random.default_rng(4)
+    shards = Shards(2)
+    try:
+        cache = BandCache(con, files, shards)
+        for seq in range(1, 8):
+            insert(con, files, cache, chunk(rng, seq, 30))
+        probe = chunk(rng, 9, 30)
+        before = cached(cache, probe, 9 << 32)
+        assert before == joined(con, probe, 9 << 32) and before
+        os.kill(shards._procs[1].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        shards._procs[1].join()
+        assert cached(cache, probe, 9 << 32) == before
+        assert shards.starts == 2 and cache.loads == 2
+        os.kill(shards._procs[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
+        shards._procs[0].join()
+        insert(con, files, cache, chunk(rng, 8, 30))  # the add finds it dead: reload next
+        assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
+        assert shards.starts == 3 and cache.loads == 3
+    finally:
+        shards.close()
 
 
 def test_a_merge_keeps_every_row_in_hash_order() -> None:

@@ -99,6 +99,7 @@ def test_chunk_size_from_dict() -> None:
                 "commit_bytes",
                 "commit_chunks",
                 "commit_seconds",
+                "deciders",
                 "executor",
                 "heartbeat_timeout",
                 "max_attempts",

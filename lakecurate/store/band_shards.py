@@ -1,0 +1,183 @@
+"""The band index's runs held by decider processes, partitioned by band hash (issue 14).
+
+The band cache (``store.band_cache``) is the one part of the driver that grows with the lake:
+about 17 bytes per band row, 16 rows per document with tokens, merged as it grows. With
+``[ingest] deciders = K`` (K > 0) its rows live in K processes instead, shard ``i`` holding the
+rows whose band hash is ``i`` modulo K: a chunk's lookups are split by hash, each shard searches
+its part while the others search theirs, and the driver joins K short lists of pairs. What
+the driver holds no longer grows with the lake, and its lookups and merges run in parallel.
+
+A shard holds a cache, nothing else: the truth stays the band files and ``minhash_docs``, and
+``BandCache`` still decides when its rows are stale. So a shard that dies (killed, out of
+memory) loses nothing: every shard is started again, empty, and reads its part of the band
+files again (``band_cache.HolderLostError``; ``BandCache`` does it once per lookup). Shards
+read the band files themselves, so a reload costs the driver no bytes. They stop with the
+session, and on their own when the driver is gone (their pipe closes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import resource
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lakecurate.errors import LakeError
+from lakecurate.store.band_cache import I64, U8, U64, HolderLostError, Rows, Runs
+from lakecurate.store.signatures import SignatureFiles
+
+STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
+
+
+def part(rows: Rows, shard: int, shards: int) -> Rows:
+    """The rows of ``shard`` (band hash modulo ``shards``); sorted rows stay sorted."""
+    hashes, bands, seqs = rows
+    mine = hashes % np.uint64(shards) == np.uint64(shard)
+    return hashes[mine], bands[mine], seqs[mine]
+
+
+def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int) -> None:
+    """A shard's loop: one request, one answer, until ``stop`` or the driver is gone."""
+    runs = Runs()
+
+    def keep(rows: Rows) -> Rows:
+        return part(rows, shard, shards)
+
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return  # the driver is gone
+        try:
+            out: Any = None
+            if op == "stop":
+                conn.send(("ok", None))
+                return
+            if op == "clear":
+                runs.clear()
+            elif op == "push":
+                hashes, bands, seqs = args
+                runs.push(hashes, bands, seqs, ordered=True)
+            elif op == "load":
+                folder, column, seqs = args
+                runs.load(SignatureFiles(Path(folder), column), seqs, keep)
+            elif op == "search":
+                out = runs.search(*args)
+            elif op == "rows":
+                out = len(runs)
+            elif op == "cpu":
+                use = resource.getrusage(resource.RUSAGE_SELF)
+                out = use.ru_utime + use.ru_stime
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            conn.send(("ok", out))
+        except Exception as exc:  # the driver reports it; the shard stays up
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class Shards:
+    """K decider processes holding the band cache's rows (a ``band_cache.Holder``), started
+    on first use."""
+
+    def __init__(self, count: int) -> None:
+        if count < 1:
+            raise ValueError("a sharded band cache needs at least one shard")
+        self.count = count
+        self._procs: list[multiprocessing.process.BaseProcess] = []
+        self._conns: list[multiprocessing.connection.Connection] = []
+        self.starts = 0  # times the shards were (re)started, for tests
+        self.cpu_seconds = 0.0  # the CPU time of shards stopped so far, for benchmarks
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")  # no copy of the driver's memory
+        for shard in range(self.count):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(
+                target=_serve,
+                args=(theirs, shard, self.count),
+                name=f"lakecurate-decider-{shard}",
+                daemon=True,  # never outlives the driver
+            )
+            proc.start()
+            theirs.close()
+            self._procs.append(proc)
+            self._conns.append(mine)
+        self.starts += 1
+
+    def _ask(self, requests: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Send one request to each shard, then take each answer: the shards work at once."""
+        if not self._procs:
+            self._start()
+        try:
+            for conn, request in zip(self._conns, requests, strict=True):
+                conn.send(request)
+            answers = [conn.recv() for conn in self._conns]
+        except (EOFError, OSError) as exc:
+            dead = [f"{p.name} (exit code {p.exitcode})" for p in self._procs if not p.is_alive()]
+            self._kill()  # the others too: their pipes may hold answers nobody will read
+            raise HolderLostError(
+                f"a decider process holding part of the near-dedup band index stopped "
+                f"({', '.join(dead) or type(exc).__name__}); it is started again and reads "
+                "its part of the band files again"
+            ) from exc
+        errors = [str(value) for kind, value in answers if kind != "ok"]
+        if errors:
+            raise LakeError(f"a decider process failed: {errors[0]}")
+        return [value for _, value in answers]
+
+    def clear(self) -> None:
+        self._ask([("clear", ())] * self.count)
+
+    def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
+        rows: Rows = (hashes, bands, seqs)
+        if not ordered:
+            order = np.argsort(hashes)
+            rows = (hashes[order], bands[order], seqs[order])
+        self._ask([("push", part(rows, i, self.count)) for i in range(self.count)])
+
+    def load(self, files: SignatureFiles, seqs: Sequence[int]) -> None:
+        if files.folder is None:
+            raise ValueError("shards read the band files: an index in memory has none")
+        request = ("load", (str(files.folder), files.column, [int(s) for s in seqs]))
+        self._ask([request] * self.count)
+
+    def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]:
+        parts = [part((hashes, bands, srcs), i, self.count) for i in range(self.count)]
+        found = self._ask([("search", (*p, below)) for p in parts])
+        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
+    def __len__(self) -> int:
+        return int(sum(self._ask([("rows", ())] * self.count)))
+
+    def _kill(self) -> None:
+        """Kill every shard at once, without a word to any (after one was lost)."""
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+
+    def close(self) -> None:
+        """Stop the shards (killed when they do not stop within ``STOP_SECONDS``), adding
+        the CPU time they used to ``cpu_seconds``."""
+        with contextlib.suppress(LakeError):
+            if self._procs:
+                self.cpu_seconds += sum(self._ask([("cpu", ())] * self.count))
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(("stop", ()))
+        for proc in self._procs:
+            proc.join(STOP_SECONDS)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
