@@ -1,7 +1,7 @@
 """How much of an ingest passes through the driver: its bytes read and written, its CPU (issue 14).
 
 Run: /work/venv/bin/python benchmarks/bench_driver.py [--mb 500] [--workers 2] [--chunk-mb 32]
-     [--out benchmarks/results/bench_driver.json]
+     [--deciders 0] [--out benchmarks/results/bench_driver.json]
 To measure another checkout of lakecurate on the same input (e.g. the code before the workers
 wrote the data files), put it first on the path: ``PYTHONPATH=/path/to/checkout python ...``.
 
@@ -18,6 +18,9 @@ that also wrote the input, a few MiB); wall time and the load average.
 Linux adds a reaped child's I/O to its parent's ``/proc/<pid>/io``, so the worker processes'
 bytes land in the driver's counters when the pool shuts down: the driver's own bytes are taken
 as (counters when the executor starts closing - at the start) + (at the end - when it closed).
+With ``--deciders K`` the band index's rows live in K decider processes (``[ingest] deciders``):
+their CPU and peak RSS are reported apart (not counted as the workers'), and their bytes, reaped
+when they stop, are taken out of the driver's like the workers'.
 Targets: the driver's non-planning bytes <= 10% of the input; driver CPU <= 1% of the workers'.
 """
 
@@ -78,16 +81,18 @@ def write_input(path: Path, mb: int, seed: int = 0) -> tuple[int, int]:
     return path.stat().st_size, n
 
 
-def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
+def run(mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0) -> dict[str, Any]:
     import lakecurate
     from lakecurate.api import Lake
     from lakecurate.ingest import runner
+    from lakecurate.store import band_shards
 
     data = work / "in.jsonl"
     size, docs = write_input(data, mb)
     cfg = work / "lakecurate.toml"
     cfg.write_text(
-        f'[ingest]\nchunk_size = "{chunk_mb}MiB"\n\n[dedup]\nexact = true\n\n'
+        f'[ingest]\nchunk_size = "{chunk_mb}MiB"\ndeciders = {deciders}\n\n'
+        "[dedup]\nexact = true\n\n"
         "[near_dedup]\nenabled = true\n",
         encoding="utf-8",
     )
@@ -113,6 +118,18 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
             reaped[k] = reaped.get(k, 0) + after[k] - before[k]
 
     runner.LocalExecutor.close = measured_close  # type: ignore[method-assign]
+    shards: list[Any] = []  # the decider processes: their bytes are reaped at their close too
+    close_shards = band_shards.Shards.close
+
+    def measured_close_shards(self: Any) -> None:
+        before = io_counters()
+        close_shards(self)
+        after = io_counters()
+        for k in ("rchar", "wchar"):
+            reaped[k] = reaped.get(k, 0) + after[k] - before[k]
+        shards.append(self)
+
+    band_shards.Shards.close = measured_close_shards  # type: ignore[method-assign]
     first_chunk: list[float] = []
     submit = runner.LocalExecutor.submit
 
@@ -130,7 +147,9 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
     report = Lake.open(work / "lake").ingest([data], config=cfg, workers=workers)
     wall = time.perf_counter() - started
     driver_cpu = cpu_seconds(resource.RUSAGE_SELF) - cpu_before
-    workers_cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - children_before  # reaped by now
+    children_cpu = cpu_seconds(resource.RUSAGE_CHILDREN) - children_before  # reaped by now
+    deciders_cpu = sum(s.cpu_seconds for s in {id(s): s for s in shards}.values())
+    workers_cpu = children_cpu - deciders_cpu
     io_after = io_counters()
     assert report.ok, report.dead
     rchar = io_after["rchar"] - io_before["rchar"] - reaped.get("rchar", 0)
@@ -155,6 +174,9 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path) -> dict[str, Any]:
         "driver_cpu_s_per_gb": round(driver_cpu / gb, 2),
         "workers_cpu_s_per_gb": round(workers_cpu / gb, 2),
         "driver_over_workers_cpu": round(driver_cpu / workers_cpu, 4) if workers_cpu else None,
+        "deciders": deciders,
+        "deciders_cpu_seconds": round(deciders_cpu, 2),
+        "deciders_peak_rss_mib": round(max([0, *(s.peak_rss_kib for s in shards)]) / 1024),
         "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "wall_seconds": round(wall, 1),
         "seconds_to_first_chunk": round(first_chunk[0] - started, 2) if first_chunk else None,
@@ -169,10 +191,11 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=500)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-mb", type=int, default=32)
+    parser.add_argument("--deciders", type=int, default=0, help="[ingest] deciders")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
-        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp))
+        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp), args.deciders)
     save(result, args.out)
 
 

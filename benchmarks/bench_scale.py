@@ -1,7 +1,7 @@
 """The full pipeline at 1x, 4x and 16x a base corpus: does the cost stay linear (issue 14)?
 
 Run: /work/venv/bin/python benchmarks/bench_scale.py [--scales 1 4 16] [--workers 2]
-     [--chunk-mb 16] [--distinct] [--out benchmarks/results/bench_scale.json]
+     [--chunk-mb 16] [--distinct] [--deciders 0] [--out benchmarks/results/bench_scale.json]
 
 The base corpus is ``../shared/data/real`` (about 62,000 documents, 52 MB of text, skipped with
 a message when the folder is absent) plus one perturbed copy of each document (a few words
@@ -53,7 +53,14 @@ from lakecurate.ingest.commit import Committer
 
 if __name__ == "__main__":
     data, lake, workers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    chunk_mb = int(sys.argv[4])
+    chunk_mb, deciders = int(sys.argv[4]), int(sys.argv[5])
+    from lakecurate.store import band_shards
+    shards = []
+    close_shards = band_shards.Shards.close
+    def closed(self):
+        close_shards(self)
+        shards.append(self)
+    band_shards.Shards.close = closed
     cpu, proc = [], []
     stage = Committer.stage
     def timed(self, *a, **k):
@@ -64,7 +71,10 @@ if __name__ == "__main__":
         return out
     Committer.stage = timed
     cfg = lake.parent / (lake.name + ".toml")
-    cfg.write_text(f'preset = "multilingual"\n\n[ingest]\nchunk_size = "{chunk_mb}MiB"\n')
+    cfg.write_text(
+        f'preset = "multilingual"\n\n[ingest]\nchunk_size = "{chunk_mb}MiB"\n'
+        f"deciders = {deciders}\n"
+    )
     started = time.perf_counter()
     report = Lake.open(lake).ingest([data], config=cfg, workers=workers)
     wall = time.perf_counter() - started
@@ -74,7 +84,10 @@ if __name__ == "__main__":
         "ok": report.ok, "chunks": report.chunks_committed, "rows_in": report.rows_in,
         "rows_kept": report.rows_kept, "wall_seconds": round(wall, 1),
         "driver_peak_rss_mib": peak(resource.RUSAGE_SELF),
-        "workers_peak_rss_mib": peak(resource.RUSAGE_CHILDREN),
+        "workers_peak_rss_mib": peak(resource.RUSAGE_CHILDREN),  # deciders' too
+        "deciders": deciders,
+        "deciders_cpu_seconds": round(sum(s.cpu_seconds for s in set(shards)), 1),
+        "deciders_peak_rss_mib": round(max([0, *(s.peak_rss_kib for s in shards)]) * kib / 2**20),
         "driver_cpu_first_chunk_s": round(cpu[0], 3) if cpu else None,
         "driver_cpu_last_chunk_s": round(cpu[-1], 3) if cpu else None,
         "driver_process_cpu_per_chunk_s": [round(c, 3) for c in proc],
@@ -149,13 +162,23 @@ def run_scale(
     chunk_mb: int,
     work: Path,
     distinct: bool = False,
+    deciders: int = 0,
 ) -> dict[str, Any]:
     data = work / f"scale{scale}.jsonl"
     size, n = write_scale(data, docs, scale, distinct)
     lake = work / f"lake{scale}"
     load = loadavg()
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(data), str(lake), str(workers), str(chunk_mb)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(data),
+            str(lake),
+            str(workers),
+            str(chunk_mb),
+            str(deciders),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -192,6 +215,13 @@ def main() -> int:
         help="copies not near each other (each line's words shuffled): the lake grows, the "
         "number of earlier near copies of a document does not",
     )
+    parser.add_argument(
+        "--deciders",
+        type=int,
+        default=0,
+        help="[ingest] deciders: processes holding the band index (their CPU and peak RSS "
+        "are reported apart; the workers' peak RSS includes theirs)",
+    )
     args = parser.parse_args()
     if not args.real.is_dir():
         print(f"skipped: {args.real} is absent (the real corpora are not on this machine)")
@@ -201,14 +231,22 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         for scale in args.scales:
             results.append(
-                run_scale(scale, docs, args.workers, args.chunk_mb, Path(tmp), args.distinct)
+                run_scale(
+                    scale,
+                    docs,
+                    args.workers,
+                    args.chunk_mb,
+                    Path(tmp),
+                    args.distinct,
+                    args.deciders,
+                )
             )
             print(json.dumps(results[-1]), flush=True)
     first = results[0]
     for r in results:
         r["time_over_first"] = round(r["wall_seconds"] / first["wall_seconds"], 2)
         r["input_over_first"] = round(r["input_bytes"] / first["input_bytes"], 2)
-    save({"distinct": args.distinct, "results": results}, args.out)
+    save({"distinct": args.distinct, "deciders": args.deciders, "results": results}, args.out)
     return 0
 
 

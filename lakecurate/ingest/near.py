@@ -57,7 +57,7 @@ class NearDedup:
                     f"the sets file {sets_file} does not match its staged chunk's documents"
                 )
         bands = None if bands_file is None else ChunkSets.of_file(seq, bands_file)
-        matched = self.index.match_chunk(table, sets)
+        matched = self.index.match_chunk(table, sets, bands)
         n = rows.num_rows
         cluster = np.full(n, -1, dtype=np.int64)
         has_cluster = np.zeros(n, dtype=bool)

@@ -20,6 +20,7 @@ index) makes it reload instead of answering from stale rows.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import duckdb
@@ -29,7 +30,8 @@ import pyarrow as pa
 
 from lakecurate import engine
 from lakecurate.errors import LakeError
-from lakecurate.store.signatures import SignatureFiles
+from lakecurate.lake.storage import Location
+from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
@@ -91,10 +93,30 @@ def _push(runs: list[_Run], run: _Run) -> None:
         runs.append(earlier.merged(later))
 
 
+@dataclass(frozen=True)
+class BandSource:
+    """Where a holder in another process reads a chunk's band rows itself instead of being
+    sent them (every row would pass through the driver's pipes): the worker's bands file of
+    commit ``seq`` at ``uri``, or (``uri`` None) the commit's band file in the index."""
+
+    seq: int
+    uri: str | None = None
+
+    def rows(self, files: SignatureFiles) -> Rows:
+        """The band rows, sorted by hash (``files``: the index's band files)."""
+        if self.uri is None:
+            table = files.whole(self.seq)
+        else:
+            table = ChunkSets.of_file(self.seq, Location(self.uri)).whole()
+        return by_hash(band_rows(table["doc_seq"], table[table.schema.names[1]]))
+
+
 class Runs:
     """Band rows as sorted runs that merge as they grow (a small log-structured merge): what
     holds the cache's rows, here in the driver's memory (``store.band_shards`` holds them in
     other processes, partitioned by hash, behind the same methods)."""
+
+    remote = False
 
     def __init__(self) -> None:
         self._runs: list[_Run] = []
@@ -144,6 +166,14 @@ class Runs:
             return empty, empty
         return np.concatenate(found_src), np.concatenate(found_dst)
 
+    def push_source(self, files: SignatureFiles, source: BandSource) -> None:
+        self.push(*source.rows(files), ordered=True)
+
+    def search_source(
+        self, files: SignatureFiles, source: BandSource, below: int
+    ) -> tuple[I64, I64]:
+        return self.search(*source.rows(files), below)
+
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs)
 
@@ -169,6 +199,15 @@ class Holder(Protocol):
     def load(self, files: SignatureFiles, seqs: Sequence[int]) -> None: ...
 
     def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]: ...
+
+    def push_source(self, files: SignatureFiles, source: BandSource) -> None: ...
+
+    def search_source(
+        self, files: SignatureFiles, source: BandSource, below: int
+    ) -> tuple[I64, I64]: ...
+
+    remote: bool
+    """True: it reads a ``BandSource`` itself, cheaper than being sent the rows."""
 
     def __len__(self) -> int: ...
 
@@ -230,18 +269,33 @@ class BandCache:
         return self.holder
 
     def candidates(
-        self, hashes: U64, bands: U8, srcs: I64, below: int, *, ordered: bool = False
+        self,
+        hashes: U64,
+        bands: U8,
+        srcs: I64,
+        below: int,
+        *,
+        ordered: bool = False,
+        source: BandSource | None = None,
     ) -> tuple[I64, I64]:
         """(src, dst) pairs, distinct: the chunk's band rows (``hashes``, ``bands``, ``srcs``
-        their documents; ``ordered``: already sorted by hash, ``by_hash``) against every
-        cached row of the same bucket with doc_seq < ``below``."""
+        their documents; ``ordered``: already sorted by hash, ``by_hash``; ``source``: the
+        file they came from, which a remote holder reads itself) against every cached row
+        of the same bucket with doc_seq < ``below``."""
         if not ordered:
             hashes, bands, srcs = by_hash((hashes, bands, srcs))
+
+        def search() -> tuple[I64, I64]:
+            holder = self._current()
+            if source is not None and holder.remote:
+                return holder.search_source(self.files, source, below)
+            return holder.search(hashes, bands, srcs, below)
+
         try:
-            src, dst = self._current().search(hashes, bands, srcs, below)
+            src, dst = search()
         except HolderLostError:  # once: a holder that dies again is the news
             self._loaded = False
-            src, dst = self._current().search(hashes, bands, srcs, below)
+            src, dst = search()
         order = np.lexsort((dst, src))  # one pair per shared band: keep one of each
         src, dst = src[order], dst[order]
         first = np.ones(len(src), dtype=bool)
@@ -249,14 +303,22 @@ class BandCache:
         return src[first], dst[first]
 
     def add(
-        self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False, docs: I64 | None = None
+        self,
+        hashes: U64,
+        bands: U8,
+        seqs: I64,
+        *,
+        ordered: bool = False,
+        docs: I64 | None = None,
+        source: BandSource | None = None,
     ) -> None:
         """After the index inserted the documents of these band rows (in the caller's
         transaction): add them, unless the cache is stale or already holds their commit seqs
         (an earlier attempt's rows the insert replaced): then the next use reloads.
         ``ordered``: the rows are sorted by hash (``by_hash``); ``docs``: their documents'
         doc_seqs when the caller has them (``np.unique`` over the band rows, 16 per document,
-        was a sixth of adding a chunk, issue 14)."""
+        was a sixth of adding a chunk, issue 14); ``source``: the stored band file they are
+        (``BandSource(seq)``), which a remote holder reads itself."""
         if not self._loaded:
             return
         docs = np.unique(seqs if docs is None else docs)
@@ -271,7 +333,10 @@ class BandCache:
             return
         self._loaded = False  # until the rows are in: a holder that fails reloads next time
         try:
-            self.holder.push(hashes, bands, seqs, ordered=ordered)
+            if source is not None and self.holder.remote:
+                self.holder.push_source(self.files, source)
+            else:
+                self.holder.push(hashes, bands, seqs, ordered=ordered)
         except HolderLostError:
             return  # the next lookup reads the files again
         self._loaded = True

@@ -29,7 +29,7 @@ from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
-from lakecurate.store.band_cache import BandCache, Rows, band_rows, by_hash
+from lakecurate.store.band_cache import BandCache, BandSource, Rows, band_rows, by_hash
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
@@ -307,7 +307,9 @@ class NearDedupIndex:
         seqs = docs["doc_seq"].to_numpy()
         return int(seqs.min()), int(seqs.max())
 
-    def match_chunk(self, docs: pa.Table, sets: ChunkSets | None = None) -> pa.Table:
+    def match_chunk(
+        self, docs: pa.Table, sets: ChunkSets | None = None, bands: ChunkSets | None = None
+    ) -> pa.Table:
         """Decide a chunk: (doc_seq, doc_id, cluster_id, dup_of) per row, ordered by doc_seq.
 
         ``docs`` follows :data:`CHUNK_SCHEMA`; every doc_seq must exceed those already indexed
@@ -315,14 +317,20 @@ class NearDedupIndex:
         ignored). ``cluster_id`` is the doc_seq of the cluster's kept document (its own for a
         kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
         ``sets``: the chunk's sets (default: ``docs["signature"]``), of which only those of
-        the documents in a candidate pair are read.
+        the documents in a candidate pair are read; ``bands``: the worker's bands file of the
+        chunk, which decider processes read themselves (``store.band_shards``).
         """
         lo, _hi = self._register(docs)
+        source = None
+        if bands is not None and bands.file is not None and docs.num_rows:
+            source = BandSource(lo >> ROW_BITS, bands.file.path.uri)
         kept = self.link == "kept"
         try:
             params = {"chunk_min": lo}
             self.con.execute(engine.q("dedup.chunk_bands"))
-            src, dst = self.cache.candidates(*self._rows_of(docs)[0], below=lo, ordered=True)
+            src, dst = self.cache.candidates(
+                *self._rows_of(docs)[0], below=lo, ordered=True, source=source
+            )
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
             self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
@@ -423,7 +431,8 @@ class NearDedupIndex:
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_docs"))
             rows, seqs = self._rows_of(docs)
-            self.cache.add(*rows, ordered=True, docs=seqs)
+            source = BandSource(seq) if docs.num_rows else None  # the file stored above
+            self.cache.add(*rows, ordered=True, docs=seqs, source=source)
         finally:
             self.con.unregister("nd_chunk")
             self.con.unregister("nd_matched")

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from lakecurate.errors import LakeError
-from lakecurate.store.band_cache import I64, U8, U64, HolderLostError, Rows, Runs
+from lakecurate.store.band_cache import I64, U8, U64, BandSource, HolderLostError, Rows, Runs
 from lakecurate.store.signatures import SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
@@ -68,11 +68,18 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 runs.load(SignatureFiles(Path(folder), column), seqs, keep)
             elif op == "search":
                 out = runs.search(*args)
+            elif op == "push_source":  # a commit's band file: this shard's part of it
+                folder, column, source = args
+                runs.push(*keep(source.rows(SignatureFiles(Path(folder), column))), ordered=True)
+            elif op == "search_source":  # a chunk's band file: its part of the needles
+                folder, column, source, below = args
+                rows = keep(source.rows(SignatureFiles(Path(folder), column)))
+                out = runs.search(*rows, below)
             elif op == "rows":
                 out = len(runs)
-            elif op == "cpu":
+            elif op == "usage":  # CPU seconds, peak RSS in KiB (Linux)
                 use = resource.getrusage(resource.RUSAGE_SELF)
-                out = use.ru_utime + use.ru_stime
+                out = (use.ru_utime + use.ru_stime, use.ru_maxrss)
             else:
                 raise ValueError(f"unknown request {op!r}")
             conn.send(("ok", out))
@@ -84,6 +91,8 @@ class Shards:
     """K decider processes holding the band cache's rows (a ``band_cache.Holder``), started
     on first use."""
 
+    remote = True
+
     def __init__(self, count: int) -> None:
         if count < 1:
             raise ValueError("a sharded band cache needs at least one shard")
@@ -91,7 +100,9 @@ class Shards:
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         self.starts = 0  # times the shards were (re)started, for tests
-        self.cpu_seconds = 0.0  # the CPU time of shards stopped so far, for benchmarks
+        # Of the shards stopped so far, for benchmarks: their CPU time, the largest peak RSS.
+        self.cpu_seconds = 0.0
+        self.peak_rss_kib = 0
 
     def _start(self) -> None:
         ctx = multiprocessing.get_context("spawn")  # no copy of the driver's memory
@@ -151,6 +162,16 @@ class Shards:
         found = self._ask([("search", (*p, below)) for p in parts])
         return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
+    def push_source(self, files: SignatureFiles, source: BandSource) -> None:
+        self._ask([("push_source", (str(files.folder), files.column, source))] * self.count)
+
+    def search_source(
+        self, files: SignatureFiles, source: BandSource, below: int
+    ) -> tuple[I64, I64]:
+        request = ("search_source", (str(files.folder), files.column, source, below))
+        found = self._ask([request] * self.count)
+        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+
     def __len__(self) -> int:
         return int(sum(self._ask([("rows", ())] * self.count)))
 
@@ -165,11 +186,13 @@ class Shards:
         self._procs, self._conns = [], []
 
     def close(self) -> None:
-        """Stop the shards (killed when they do not stop within ``STOP_SECONDS``), adding
-        the CPU time they used to ``cpu_seconds``."""
+        """Stop the shards (killed when they do not stop within ``STOP_SECONDS``), counting
+        what they used into ``cpu_seconds`` and ``peak_rss_kib``."""
         with contextlib.suppress(LakeError):
             if self._procs:
-                self.cpu_seconds += sum(self._ask([("cpu", ())] * self.count))
+                usage = self._ask([("usage", ())] * self.count)
+                self.cpu_seconds += sum(cpu for cpu, _ in usage)
+                self.peak_rss_kib = max([self.peak_rss_kib, *(rss for _, rss in usage)])
         for conn in self._conns:
             with contextlib.suppress(OSError):
                 conn.send(("stop", ()))

@@ -243,6 +243,10 @@ class ChunkSets:
         file = path if isinstance(path, sets.SetsFile) else sets.SetsFile(path)
         return cls(seq, _Keyed.of_file(file, seq), None, file)
 
+    def whole(self) -> pa.Table:
+        """Every set of the chunk (:func:`keyed_schema`): a bands file, read whole."""
+        return self._table if self._table is not None else self._keyed.table()
+
     def rows(self) -> npt.NDArray[np.int64]:
         """The rows (in the chunk's line order) that have a set."""
         return self._keyed.doc_seq & _ROW_MASK

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from lakecurate import engine
-from lakecurate.store.band_cache import BandCache, Holder
+from lakecurate.store.band_cache import BandCache, BandSource, Holder
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import SignatureFiles
 
@@ -82,7 +82,8 @@ def insert(
     con.register("new", {"band": b.astype(np.int64), "band_hash": h, "doc_seq": s})
     con.execute("INSERT INTO model SELECT band, band_hash, doc_seq FROM new")
     con.unregister("new")
-    cache.add(h, b, s)
+    # A holder in other processes reads the band file just written instead of the rows.
+    cache.add(h, b, s, source=BandSource(int(doc_seq[0]) >> 32))
 
 
 def forget(con: duckdb.DuckDBPyConnection, seq: int) -> None:
