@@ -13,8 +13,10 @@ cut it into chunks), ``worker`` (a worker starts a chunk),
 ``staged_write`` (the staged Parquet temp file is written, not yet renamed), ``index_ahead`` (a
 chunk decided, its index rows written ahead of its group's Delta commit), ``before_delta_commit``
 (intents recorded, Delta not yet written), ``delta_write`` (a worker writing a chunk's data
-files), ``after_delta_commit``, ``during_state_update`` (inside the DuckDB transaction after a
-commit).
+files), ``delta_log_append`` (a commit file of the Delta log written and synced under its
+temp name, not yet the version), ``after_delta_commit``, ``during_state_update`` (inside the
+DuckDB transaction after a commit), ``export_shard`` (an export shard published, the next not
+begun).
 """
 
 from __future__ import annotations
