@@ -194,7 +194,10 @@ class Committer:
         them). A batch is decided by one query and recorded by one state transaction; with
         near dedup on, one chunk at a time (its band index must hold the chunk before)."""
         batched = self.near is None or len(items) == 1
-        keyed = [(s, r, *read_keys(r.staged_path)) for s, r in items] if batched else []
+        # Decider processes read the band files themselves: the driver reads only which
+        # documents have bands.
+        lists = self.near is None or not self.near.index.reads_band_files
+        keyed = [(s, r, *read_keys(r.staged_path, lists)) for s, r in items] if batched else []
         # One chunk at a time with near dedup, or with staged files of two layouts in the
         # batch (a resume across versions): each decided against the one before.
         if len(items) > 1 and len({k[2].schema for k in keyed}) != 1:

@@ -145,11 +145,13 @@ def iter_staged(path: str, columns: list[str]) -> Iterator[tuple[int, pa.Table]]
             offset += batch.num_rows
 
 
-def read_keys(path: str) -> tuple[pa.Table, sets.SetsFile | None]:
+def read_keys(path: str, band_lists: bool = True) -> tuple[pa.Table, sets.SetsFile | None]:
     """The columns the driver decides a staged chunk on (the band hashes too, and the sets
     when a file of the layout before holds them), plus each row's position; the text is never
     read. The band hashes come from the bands file when there is one (returned too, opened:
-    it becomes the commit's band file), put in as the column a staged file used to hold."""
+    it becomes the commit's band file), put in as the column a staged file used to hold;
+    without ``band_lists`` (decider processes read the file) as an empty list per row that
+    has bands (NULL: no tokens), and only the file's keys are read."""
     loc = Location(path)
     with pq.ParquetFile(loc.fs_path, filesystem=loc.fs, pre_buffer=False) as staged:
         schema = staged.schema_arrow  # one open, one footer read
@@ -159,12 +161,13 @@ def read_keys(path: str) -> tuple[pa.Table, sets.SetsFile | None]:
     if BANDS_KEY not in (schema.metadata or {}):
         return keys, None
     bands = sets.SetsFile(sets.beside(path, sets.BANDS_SUFFIX))
-    return keys.append_column(BANDS_COLUMN, _bands_by_row(keys, bands)), bands
+    return keys.append_column(BANDS_COLUMN, _bands_by_row(keys, bands, band_lists)), bands
 
 
-def _bands_by_row(keys: pa.Table, file: sets.SetsFile) -> pa.Array:
-    """The bands file's lists as a column of the staged rows (NULL: no tokens). The file is
-    keyed by rank in line order; the staged rows may be in another order."""
+def _bands_by_row(keys: pa.Table, file: sets.SetsFile, with_lists: bool = True) -> pa.Array:
+    """The bands file's lists as a column of the staged rows (NULL: no tokens; without
+    ``with_lists``, empty lists). The file is keyed by rank in line order; the staged rows may
+    be in another order."""
     lines = np.asarray(keys["source_line"].to_numpy(), dtype=np.int64)
     by_rank = np.argsort(lines, kind="stable")  # staged row of each rank
     ranks = file.keys()
@@ -172,7 +175,12 @@ def _bands_by_row(keys: pa.Table, file: sets.SetsFile) -> pa.Array:
         raise ValueError(f"{file.path} names rows its staged chunk does not have")
     where = np.full(len(lines), -1, dtype=np.int64)
     where[by_rank[ranks]] = np.arange(len(ranks))
-    lists = file.take(np.arange(len(ranks), dtype=np.int64))
+    if with_lists:
+        lists = file.take(np.arange(len(ranks), dtype=np.int64))
+    else:
+        kind = file.table.schema.field(1).type
+        empty = pa.array(np.zeros(len(ranks) + 1, dtype=np.int32))
+        lists = pa.ListArray.from_arrays(empty, pa.array([], kind.value_type), type=kind)
     return lists.take(pa.array(where, mask=where < 0))
 
 

@@ -174,6 +174,9 @@ class Runs:
     ) -> tuple[I64, I64]:
         return self.search(*source.rows(files), below)
 
+    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]:
+        return chunk_pairs(source.rows(files))
+
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs)
 
@@ -206,12 +209,40 @@ class Holder(Protocol):
         self, files: SignatureFiles, source: BandSource, below: int
     ) -> tuple[I64, I64]: ...
 
+    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]: ...
+
     remote: bool
     """True: it reads a ``BandSource`` itself, cheaper than being sent the rows."""
 
     def __len__(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+def chunk_pairs(rows: Rows) -> tuple[I64, I64]:
+    """(src, dst) of the documents of one chunk's band rows that share a bucket (band and
+    hash), src the later: ``dedup.chunk_candidates``'s join of the chunk's buckets, in numpy
+    (a pair once per bucket it shares)."""
+    hashes, bands, seqs = rows
+    order = np.lexsort((seqs, bands, hashes))  # by bucket, then document
+    h, b, s = hashes[order], bands[order], seqs[order]
+    new = np.ones(len(h), dtype=bool)
+    new[1:] = (h[1:] != h[:-1]) | (b[1:] != b[:-1])
+    starts = np.flatnonzero(new)
+    first = np.repeat(starts, np.diff(np.append(starts, len(h))))  # each row's bucket start
+    rank = np.arange(len(h)) - first  # how many of its bucket come before it
+    src = np.repeat(np.arange(len(h)), rank)
+    before = np.arange(int(rank.sum())) - np.repeat(np.cumsum(rank) - rank, rank)
+    return s[src], s[np.repeat(first, rank) + before]
+
+
+def distinct_pairs(src: I64, dst: I64) -> tuple[I64, I64]:
+    """Each (src, dst) pair once, ordered."""
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    first = np.ones(len(src), dtype=bool)
+    first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    return src[first], dst[first]
 
 
 def by_hash(rows: Rows) -> Rows:
@@ -291,16 +322,21 @@ class BandCache:
                 return holder.search_source(self.files, source, below)
             return holder.search(hashes, bands, srcs, below)
 
+        return distinct_pairs(*self._retried(search))  # a pair once, not once per band
+
+    def chunk_pairs(self, source: BandSource) -> tuple[I64, I64]:
+        """(src, dst), distinct: the chunk's own documents sharing a bucket (``chunk_pairs``),
+        found by the holder from the chunk's band file (a remote holder: the driver need not
+        read the bands)."""
+        return distinct_pairs(*self._retried(lambda: self.holder.chunk_pairs(self.files, source)))
+
+    def _retried(self, ask: Callable[[], tuple[I64, I64]]) -> tuple[I64, I64]:
+        """``ask`` again once when the holder lost its rows (read again on the next use)."""
         try:
-            src, dst = search()
+            return ask()
         except HolderLostError:  # once: a holder that dies again is the news
             self._loaded = False
-            src, dst = search()
-        order = np.lexsort((dst, src))  # one pair per shared band: keep one of each
-        src, dst = src[order], dst[order]
-        first = np.ones(len(src), dtype=bool)
-        first[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
-        return src[first], dst[first]
+            return ask()
 
     def add(
         self,

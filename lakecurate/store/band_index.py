@@ -232,6 +232,14 @@ class NearDedupIndex:
         return index
 
     @property
+    def reads_band_files(self) -> bool:
+        """Decider processes hold the band index and read a chunk's band file themselves
+        (its lake and in-chunk candidates): a chunk matched with its worker's bands file
+        (``match_chunk``'s ``bands``) needs only empty band lists, one per document with
+        tokens (``ingest.staging.read_keys``)."""
+        return self.cache.holder.remote
+
+    @property
     def min_matches(self) -> int:
         """Equal signature positions a verified pair needs: ceil(threshold * num_perm)."""
         return math.ceil(self.cfg.threshold * self.cfg.num_perm - 1e-9)
@@ -332,6 +340,14 @@ class NearDedupIndex:
                 *self._rows_of(docs)[0], below=lo, ordered=True, source=source
             )
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
+            # With decider processes, the chunk's own pairs are theirs (``docs`` may then hold
+            # empty band lists: the driver did not read them, see ``reads_band_files``).
+            new_src, new_dst = (
+                self.cache.chunk_pairs(source)
+                if source is not None and self.reads_band_files
+                else (src[:0], dst[:0])
+            )
+            self.con.register("nd_new_cand", pa.table({"src": new_src, "dst": new_dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
             self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
             if kept:
@@ -363,7 +379,7 @@ class NearDedupIndex:
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
         finally:
             self.con.unregister("nd_chunk")
-            for name in ("nd_old_cand", "nd_old_sigs", "nd_chunk_sigs"):
+            for name in ("nd_old_cand", "nd_new_cand", "nd_old_sigs", "nd_chunk_sigs"):
                 self.con.unregister(name)
         return result.cast(RESULT_SCHEMA)
 

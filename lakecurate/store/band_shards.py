@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 
 from lakecurate.errors import LakeError
-from lakecurate.store.band_cache import I64, U8, U64, BandSource, HolderLostError, Rows, Runs
+from lakecurate.store.band_cache import (
+    I64,
+    U8,
+    U64,
+    BandSource,
+    HolderLostError,
+    Rows,
+    Runs,
+    chunk_pairs,
+)
 from lakecurate.store.signatures import SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
@@ -75,6 +84,9 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 folder, column, source, below = args
                 rows = keep(source.rows(SignatureFiles(Path(folder), column)))
                 out = runs.search(*rows, below)
+            elif op == "chunk_pairs":  # the chunk's own pairs, in this shard's buckets
+                folder, column, source = args
+                out = chunk_pairs(keep(source.rows(SignatureFiles(Path(folder), column))))
             elif op == "rows":
                 out = len(runs)
             elif op == "usage":  # CPU seconds, peak RSS in KiB (Linux)
@@ -85,6 +97,11 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
             conn.send(("ok", out))
         except Exception as exc:  # the driver reports it; the shard stays up
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _joined(found: list[tuple[I64, I64]]) -> tuple[I64, I64]:
+    """The shards' (src, dst) answers as one pair of arrays."""
+    return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 
 class Shards:
@@ -160,7 +177,7 @@ class Shards:
     def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]:
         parts = [part((hashes, bands, srcs), i, self.count) for i in range(self.count)]
         found = self._ask([("search", (*p, below)) for p in parts])
-        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        return _joined(found)
 
     def push_source(self, files: SignatureFiles, source: BandSource) -> None:
         self._ask([("push_source", (str(files.folder), files.column, source))] * self.count)
@@ -170,7 +187,11 @@ class Shards:
     ) -> tuple[I64, I64]:
         request = ("search_source", (str(files.folder), files.column, source, below))
         found = self._ask([request] * self.count)
-        return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+        return _joined(found)
+
+    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]:
+        found = self._ask([("chunk_pairs", (str(files.folder), files.column, source))] * self.count)
+        return _joined(found)
 
     def __len__(self) -> int:
         return int(sum(self._ask([("rows", ())] * self.count)))

@@ -100,7 +100,9 @@ WHERE bands IS NOT NULL;
 -- inside the chunk. The lake's pairs, `nd_old_cand(src, dst)`, come from the band cache
 -- (lakecurate.store.band_cache: a keyed lookup of the band files, where a join with a band table
 -- here scanned the whole table for every chunk), already limited to doc_seq < the chunk's first, so
--- matching stays idempotent when the index already holds this chunk (a retried commit).
+-- matching stays idempotent when the index already holds this chunk (a retried commit). The
+-- chunk's own pairs come from the join of its buckets, or, when decider processes found them in
+-- its band file (store.band_shards: the driver did not read the bands), from `nd_new_cand`.
 CREATE OR REPLACE TEMP TABLE nd_cand AS
 SELECT DISTINCT src, dst, true AS old
 FROM nd_old_cand
@@ -108,7 +110,10 @@ UNION
 SELECT DISTINCT n.doc_seq, m.doc_seq, false
 FROM nd_chunk_bands n
 JOIN nd_chunk_bands m ON m.band = n.band AND m.band_hash = n.band_hash
-WHERE m.doc_seq < n.doc_seq;
+WHERE m.doc_seq < n.doc_seq
+UNION
+SELECT DISTINCT src, dst, false
+FROM nd_new_cand;
 
 -- name: bands_fingerprint
 -- What the band cache checks before it answers: both are kept in DuckDB's row-group statistics,

@@ -205,3 +205,19 @@ def test_a_merge_keeps_every_row_in_hash_order() -> None:
         return sorted(zip(r.hashes.tolist(), r.bands.tolist(), r.seqs.tolist(), strict=True))
 
     assert rows(m) == sorted(rows(a) + rows(b))
+
+
+def test_chunk_pairs_equal_the_join_of_a_chunks_buckets(con: duckdb.DuckDBPyConnection) -> None:
+    """What decider processes pair inside a chunk is what ``dedup.chunk_candidates`` joins."""
+    from lakecurate.store.band_cache import by_hash, chunk_pairs, distinct_pairs
+
+    rng = np.random.default_rng(5)
+    c = chunk(rng, 3, 300)  # small hash range: big buckets, and shared across bands
+    hashes, bands, seqs = rows(c)
+    con.register("b", {"band": bands.astype(np.int64), "band_hash": hashes, "doc_seq": seqs})
+    join = con.execute(
+        "SELECT DISTINCT n.doc_seq, m.doc_seq FROM b n JOIN b m ON m.band = n.band "
+        "AND m.band_hash = n.band_hash WHERE m.doc_seq < n.doc_seq ORDER BY 1, 2"
+    ).fetchall()
+    src, dst = distinct_pairs(*chunk_pairs(by_hash((hashes, bands, seqs))))
+    assert list(zip(src.tolist(), dst.tolist(), strict=True)) == join and len(join) > 300
