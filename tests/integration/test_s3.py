@@ -13,7 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_lake_consistent, kill_then_finish, lake_rows, run_lakecurate
+from helpers import (
+    NEAR_CONFIG,
+    assert_lake_consistent,
+    kill_then_finish,
+    lake_rows,
+    near_decisions,
+    run_lakecurate,
+)
 from s3server import S3Server
 
 from lakecurate import Lake
@@ -40,6 +47,20 @@ def test_an_s3_lake_equals_a_local_one(
     again = Lake.open(uri).ingest([corpus], config=small_cfg, workers=2)
     assert again.ok and again.chunks_committed == 0
     assert lake_rows(uri) == small_reference
+
+
+def test_decider_processes_read_the_band_files_on_s3(
+    corpus: Path, tmp_path: Path, s3: S3Server
+) -> None:
+    """``[ingest] deciders``: the decider processes read each chunk's bands file where the
+    worker staged it, in the bucket, and decide as the driver does on local disk."""
+    local, shared = tmp_path / "local.toml", tmp_path / "deciders.toml"
+    local.write_text(NEAR_CONFIG)
+    shared.write_text(NEAR_CONFIG.replace("[ingest]\n", "[ingest]\ndeciders = 2\n"))
+    assert Lake.open(tmp_path / "lake").ingest([corpus], config=local, workers=2).ok
+    uri = f"s3://{s3.bucket()}/lake"
+    assert Lake.open(uri).ingest([corpus], config=shared, workers=2).ok
+    assert near_decisions(uri) == near_decisions(tmp_path / "lake")
 
 
 def test_the_state_is_recovered_from_the_lake(
