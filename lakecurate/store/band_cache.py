@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import duckdb
 import numpy as np
@@ -188,6 +188,8 @@ class HolderLostError(LakeError):
     """A holder lost its rows (a decider process died): they are read again from the files."""
 
 
+T = TypeVar("T")
+
 Keep = Callable[[Rows], Rows]
 """Which of a band file's rows a holder keeps (a shard: those of its hashes)."""
 
@@ -322,16 +324,17 @@ class BandCache:
                 return holder.search_source(self.files, source, below)
             return holder.search(hashes, bands, srcs, below)
 
-        return distinct_pairs(*self._retried(search))  # a pair once, not once per band
+        return distinct_pairs(*self.retried(search))  # a pair once, not once per band
 
     def chunk_pairs(self, source: BandSource) -> tuple[I64, I64]:
         """(src, dst), distinct: the chunk's own documents sharing a bucket (``chunk_pairs``),
         found by the holder from the chunk's band file (a remote holder: the driver need not
         read the bands)."""
-        return distinct_pairs(*self._retried(lambda: self.holder.chunk_pairs(self.files, source)))
+        return distinct_pairs(*self.retried(lambda: self.holder.chunk_pairs(self.files, source)))
 
-    def _retried(self, ask: Callable[[], tuple[I64, I64]]) -> tuple[I64, I64]:
-        """``ask`` again once when the holder lost its rows (read again on the next use)."""
+    def retried(self, ask: Callable[[], T]) -> T:
+        """``ask`` (of the holder) again once when the holder lost its rows (read again on
+        the next use)."""
         try:
             return ask()
         except HolderLostError:  # once: a holder that dies again is the news

@@ -13,7 +13,7 @@ This module never opens a database: it is handed a connection (``engine.connect`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import duckdb
 import duckdb.func
@@ -32,6 +32,10 @@ from lakecurate.steps.near.signatures import common_shingles
 from lakecurate.store.band_cache import BandCache, BandSource, Rows, band_rows, by_hash
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
+
+I64 = npt.NDArray[np.int64]
+Tester = Callable[[tuple[I64, I64]], tuple[I64, I64]]
+"""Which of some (chunk document, earlier document) pairs are near: decider processes' test."""
 
 ROW_BITS = 32
 """doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
@@ -349,9 +353,12 @@ class NearDedupIndex:
             )
             self.con.register("nd_new_cand", pa.table({"src": new_src, "dst": new_dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
-            self.con.register("nd_chunk_sigs", self._chunk_signatures(docs, lo, sets))
+            tested = self._tested_by_deciders(lo, sets) if kept else None
+            self.con.register(
+                "nd_chunk_sigs", self._chunk_signatures(docs, lo, sets, lake=tested is None)
+            )
             if kept:
-                self._settle_groups()
+                self._settle_groups(tested)
             else:
                 self.con.register("nd_old_sigs", self._old("old_signatures_needed"))
             self.con.execute(
@@ -359,7 +366,9 @@ class NearDedupIndex:
                 {"verify": self.cfg.verify, "old_edges": not kept, **self.near_params},
             )
             if kept:
-                self.con.execute(engine.q("dedup.init_labels_kept"), self.near_params)
+                self.con.execute(engine.q("dedup.init_labels_kept"))
+                if tested is not None:  # the lake's kept documents the rounds compare with
+                    self.con.register("nd_old_sigs", self._old("kept_labels_needed"))
                 self.con.execute(engine.q("dedup.start_labels_kept"))
             else:
                 self.con.execute(engine.q("dedup.init_labels"))
@@ -398,26 +407,76 @@ class NearDedupIndex:
             self.con.sql(engine.q(f"dedup.{needed}")).fetchnumpy()["doc_seq"]
         )
 
-    def _settle_groups(self) -> None:
+    def _settle_groups(self, tested: Tester | None = None) -> None:
         """Rule ``kept``: the chunk's (document, lake cluster) groups whose kept document the
-        document is near (``dedup.kept_groups``), reading the kept documents' signatures, then
-        those of the candidates that settle the rest (``nd_old_sigs`` ends holding both)."""
+        document is near (``dedup.kept_groups``), then the candidates that settle the rest:
+        tested here on the kept documents' and the candidates' signatures (``nd_old_sigs``
+        ends holding both), or by decider processes (``tested``), which read them."""
         self.con.execute(engine.q("dedup.kept_pairs"))
         self.con.execute(engine.q("dedup.kept_groups"))
-        reps = self._old("kept_reps_needed")
-        self.con.register("nd_old_sigs", reps)
-        self.con.execute(engine.q("dedup.kept_rep_check"), self.near_params)
-        self.con.register("nd_old_sigs", pa.concat_tables([reps, self._old("kept_edges_needed")]))
+        if tested is None:
+            reps = self._old("kept_reps_needed")
+            self.con.register("nd_old_sigs", reps)
+            self.con.execute(engine.q("dedup.kept_rep_near"), self.near_params)
+        else:
+            self._given("kept_rep_given", tested(self._pairs("kept_group_pairs")))
+        self.con.execute(engine.q("dedup.kept_rep_check"))
+        self.con.execute(engine.q("dedup.kept_edge_pairs"))
+        if tested is None:
+            edges = self._old("kept_edges_needed")
+            self.con.register("nd_old_sigs", pa.concat_tables([reps, edges]))
+            self.con.execute(engine.q("dedup.kept_edge_near"), self.near_params)
+        else:
+            self._given("kept_edge_given", tested(self._pairs("kept_edge_pairs_asked")))
+            self.con.register("nd_old_sigs", self.signatures.read([]))  # none needed yet
 
-    def _chunk_signatures(self, docs: pa.Table, lo: int, sets: ChunkSets | None) -> pa.Table:
-        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``):
-        all verification compares of the chunk (a kept document a rule-``kept`` label names
-        is in a pair too); none without verification."""
+    def _pairs(self, statement: str) -> tuple[I64, I64]:
+        cols = self.con.sql(engine.q(f"dedup.{statement}")).fetchnumpy()
+        return (
+            np.asarray(cols["src"], dtype=np.int64),
+            np.asarray(cols["dst"], dtype=np.int64),
+        )
+
+    def _given(self, statement: str, near: tuple[I64, I64]) -> None:
+        self.con.register("nd_given", pa.table({"src": near[0], "dst": near[1]}))
+        try:
+            self.con.execute(engine.q(f"dedup.{statement}"))
+        finally:
+            self.con.unregister("nd_given")
+
+    def _tested_by_deciders(self, lo: int, sets: ChunkSets | None) -> Tester | None:
+        """What tests the chunk's pairs with the lake in decider processes, which read the
+        sets themselves (the chunk's from its worker's sets file): None without deciders,
+        without verification, or when the sets are in the driver's hands."""
+        holder = self.cache.holder
+        if not (self.reads_band_files and self.cfg.verify and isinstance(holder, Shards)):
+            return None
+        if sets is None or sets.file is None:
+            return None
+        uri, seq, params = sets.file.path.uri, lo >> ROW_BITS, self.near_params
+
+        def tested(pairs: tuple[I64, I64]) -> tuple[I64, I64]:
+            if not len(pairs[0]):
+                return pairs
+            near = self.cache.retried(lambda: holder.near(self.signatures, seq, uri, pairs, params))
+            return pairs[0][near], pairs[1][near]
+
+        return tested
+
+    def _chunk_signatures(
+        self, docs: pa.Table, lo: int, sets: ChunkSets | None, *, lake: bool = True
+    ) -> pa.Table:
+        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``;
+        without ``lake``, of the chunk's own pairs only: decider processes test the pairs
+        with the lake): all verification compares of the chunk here (a kept document a
+        rule-``kept`` label names is in a pair too); none without verification."""
         if not self.cfg.verify:
             return self.signatures.read([])
         if sets is None:
             sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
-        needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
+        needed = self.con.sql(
+            engine.q("dedup.chunk_signatures_needed"), params={"lake": lake}
+        ).fetchnumpy()["doc_seq"]
         return sets.read(needed)
 
     def add_chunk(

@@ -18,6 +18,7 @@ session, and on their own when the driver is gone (their pipe closes).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import resource
@@ -26,8 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
 
 from lakecurate.errors import LakeError
+from lakecurate.lake.storage import Location
+from lakecurate.steps.near.signatures import near_flags
 from lakecurate.store.band_cache import (
     I64,
     U8,
@@ -38,7 +43,7 @@ from lakecurate.store.band_cache import (
     Runs,
     chunk_pairs,
 )
-from lakecurate.store.signatures import SignatureFiles
+from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
 
@@ -48,6 +53,18 @@ def part(rows: Rows, shard: int, shards: int) -> Rows:
     hashes, bands, seqs = rows
     mine = hashes % np.uint64(shards) == np.uint64(shard)
     return hashes[mine], bands[mine], seqs[mine]
+
+
+def _near(
+    folder: str, seq: int, uri: str, src: I64, dst: I64, params: dict[str, int]
+) -> npt.NDArray[np.bool_]:
+    """Which (chunk document, earlier document) pairs are near: the chunk's sets from its
+    worker's sets file at ``uri``, the earlier ones' from the lake's signature files."""
+    mine = ChunkSets.of_file(seq, Location(uri)).read(src)
+    theirs = SignatureFiles(Path(folder)).read(dst)
+    a = mine.column(1).take(pa.array(np.searchsorted(mine["doc_seq"].to_numpy(), src)))
+    b = theirs.column(1).take(pa.array(np.searchsorted(theirs["doc_seq"].to_numpy(), dst)))
+    return near_flags(a, b, params["min_matches"], params["num"], params["den"])
 
 
 def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int) -> None:
@@ -87,6 +104,8 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
             elif op == "chunk_pairs":  # the chunk's own pairs, in this shard's buckets
                 folder, column, source = args
                 out = chunk_pairs(keep(source.rows(SignatureFiles(Path(folder), column))))
+            elif op == "near":  # pairs of a chunk's documents and earlier ones: which are near
+                out = _near(*args)
             elif op == "rows":
                 out = len(runs)
             elif op == "usage":  # CPU seconds, peak RSS in KiB (Linux)
@@ -192,6 +211,25 @@ class Shards:
     def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]:
         found = self._ask([("chunk_pairs", (str(files.folder), files.column, source))] * self.count)
         return _joined(found)
+
+    def near(
+        self,
+        files: SignatureFiles,
+        seq: int,
+        uri: str,
+        pairs: tuple[I64, I64],
+        params: dict[str, int],
+    ) -> npt.NDArray[np.bool_]:
+        """Which of ``pairs`` (a document of chunk ``seq``, whose worker's sets file is at
+        ``uri``; an earlier document) are near (``steps.near.signatures.near_flags``): the
+        shards test a slice each, reading the sets themselves."""
+        cuts = np.linspace(0, len(pairs[0]), self.count + 1).astype(np.int64)
+        folder = str(files.folder)
+        asked = [
+            ("near", (folder, seq, uri, pairs[0][a:b], pairs[1][a:b], params))
+            for a, b in itertools.pairwise(cuts.tolist())
+        ]
+        return np.concatenate(self._ask(asked)).astype(bool)
 
     def __len__(self) -> int:
         return int(sum(self._ask([("rows", ())] * self.count)))

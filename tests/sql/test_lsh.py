@@ -254,3 +254,29 @@ def test_an_index_of_the_old_layout_moves_its_bands_to_files(corpus, tmp_path) -
     assert any(
         d is not None and s >> 32 == 2 and c >> 32 < 2 for s, c, d in flat
     )  # it met old bands
+
+
+@pytest.mark.parametrize(("need", "num", "den"), [(3, 0, 1), (0, 500_000, 1_000_000)])
+def test_the_deciders_near_test_is_the_sqls(need: int, num: int, den: int) -> None:
+    """``signatures.near_flags`` (decider processes) answers what the SQL's ``nd_near`` does:
+    equal signature positions (num = 0), or the exact Jaccard of shingle sets in integers."""
+    rng = np.random.default_rng(num)
+    if num == 0:
+        a = [rng.integers(0, 5, 8).tolist() for _ in range(300)]
+        b = [rng.integers(0, 5, 8).tolist() for _ in range(300)]
+    else:
+        a = [
+            sorted(set(rng.integers(0, 40, int(rng.integers(1, 30))).tolist())) for _ in range(300)
+        ]
+        b = [sorted(set(x[: len(x) // 2] + rng.integers(0, 40, 9).tolist())) for x in a]
+    pairs = pa.table(
+        {"a": pa.array(a, pa.list_(pa.uint32())), "b": pa.array(b, pa.list_(pa.uint32()))}
+    )
+    con = engine.connect(threads=1)
+    band_index.NearDedupIndex(con, NearDedupConfig()).create_schema()  # nd_near and its UDF
+    con.register("t", pairs)
+    sql = [
+        r[0] for r in con.execute(f"SELECT nd_near(a, b, {need}, {num}, {den}) FROM t").fetchall()
+    ]
+    flags = signatures.near_flags(pairs["a"], pairs["b"], need, num, den).tolist()
+    assert flags == sql and 0 < sum(sql) < len(sql)

@@ -180,6 +180,32 @@ def common_shingles(a: pa.Array, b: pa.Array) -> pa.Array:
     return pa.array(counts, pa.int64(), mask=pc.or_(a.is_null(), b.is_null()).to_numpy(False))
 
 
+def near_flags(
+    a: pa.Array, b: pa.Array, min_matches: int, num: int, den: int
+) -> npt.NDArray[np.bool_]:
+    """The SQL's ``nd_near(a, b, min_matches, num, den)`` row by row, in numpy (decider
+    processes test pairs without DuckDB): with ``num = 0`` at least ``min_matches`` equal
+    positions of two signatures, else the exact Jaccard of two shingle sets at least
+    ``num / den``, in integers."""
+    va, oa = _flat(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a)
+    vb, ob = _flat(b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b)
+    la, lb = np.diff(oa), np.diff(ob)
+    if num:
+        common = minhash.common_counts(va, oa, vb, ob)
+        return np.asarray(common * (den + num) >= num * (la + lb))
+    # Equal positions up to the shorter list (list_zip pads the other with NULLs).
+    short = np.minimum(la, lb)
+    at_a = (
+        np.repeat(oa[:-1], short)
+        + np.arange(int(short.sum()))
+        - np.repeat(np.cumsum(short) - short, short)
+    )
+    at_b = at_a - np.repeat(oa[:-1], short) + np.repeat(ob[:-1], short)
+    row = np.repeat(np.arange(len(short)), short)
+    equal = np.bincount(row[va[at_a] == vb[at_b]], minlength=len(short))
+    return np.asarray(equal >= min_matches)
+
+
 def _flat(col: pa.Array) -> tuple[minhash.U32, minhash.I64]:
     """A list column as (values, offsets from 0), NULL rows empty; slices handled."""
     lengths = pc.fill_null(pc.list_value_length(col), 0).to_numpy(zero_copy_only=False)
