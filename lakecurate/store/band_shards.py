@@ -114,8 +114,11 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
             else:
                 raise ValueError(f"unknown request {op!r}")
             conn.send(("ok", out))
-        except Exception as exc:  # the driver reports it; the shard stays up
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        except Exception as exc:  # the driver raises it; the shard stays up
+            try:
+                conn.send(("error", exc))  # its own class: IndexFilesError says what to do
+            except Exception:  # not picklable
+                conn.send(("error", LakeError(f"{type(exc).__name__}: {exc}")))
 
 
 def _joined(found: list[tuple[I64, I64]]) -> tuple[I64, I64]:
@@ -172,9 +175,9 @@ class Shards:
                 f"({', '.join(dead) or type(exc).__name__}); it is started again and reads "
                 "its part of the band files again"
             ) from exc
-        errors = [str(value) for kind, value in answers if kind != "ok"]
+        errors = [value for kind, value in answers if kind != "ok"]
         if errors:
-            raise LakeError(f"a decider process failed: {errors[0]}")
+            raise errors[0]  # as the driver would have raised it
         return [value for _, value in answers]
 
     def clear(self) -> None:

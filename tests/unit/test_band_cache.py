@@ -221,3 +221,17 @@ def test_chunk_pairs_equal_the_join_of_a_chunks_buckets(con: duckdb.DuckDBPyConn
     ).fetchall()
     src, dst = distinct_pairs(*chunk_pairs(by_hash((hashes, bands, seqs))))
     assert list(zip(src.tolist(), dst.tolist(), strict=True)) == join and len(join) > 300
+
+
+def test_a_deciders_error_reaches_the_driver_as_itself(files: SignatureFiles) -> None:
+    """A band file missing under a decider: the driver gets the same error, with what to do."""
+    from lakecurate.errors import IndexFilesError
+
+    shards = Shards(2)
+    try:
+        with pytest.raises(IndexFilesError, match="verify --repair"):
+            shards.load(files, [7])  # no band file of commit seq 7
+        assert shards.starts == 1  # the shards are still up: no restart
+        assert len(shards) == 0
+    finally:
+        shards.close()
