@@ -371,8 +371,8 @@ def test_a_batch_decides_as_its_chunks_one_after_the_other(
     lakes = {}
     read_keys = commit.read_keys
 
-    def two_layouts(path: str) -> tuple[pa.Table, object]:
-        keys, bands = read_keys(path)
+    def two_layouts(path: str, band_lists: bool = True) -> tuple[pa.Table, object]:
+        keys, bands = read_keys(path, band_lists)
         if hash(path) % 2:
             keys = keys.append_column("older_layout", pa.nulls(keys.num_rows, pa.int8()))
         return keys, bands
