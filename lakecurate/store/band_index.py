@@ -197,6 +197,7 @@ class NearDedupIndex:
         cfg: NearDedupConfig,
         signatures: SignatureFiles | None = None,
         deciders: int = 0,
+        decider_silence: float = 60.0,
     ) -> None:
         """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (lakes made before
         issue 17) joins a document to the smallest cluster among its earlier neighbours, so
@@ -208,13 +209,15 @@ class NearDedupIndex:
         positions with ``"signature"``. ``signatures`` holds what verification compares: the
         lake's ``index/signatures`` files, or in memory when not given (an index on a throw-away
         connection). ``deciders``: processes that hold the band cache's rows
-        (``store.band_shards``; 0: this one)."""
+        (``store.band_shards``; 0: this one), killed when silent ``decider_silence`` s."""
         self.con = con
         self.cfg = cfg
         self.link: Link = cfg.link
         self.signatures = signatures if signatures is not None else SignatureFiles(None)
         self.bands = self.signatures.bands()  # the band index itself: one file per commit
-        holder = Shards(deciders) if deciders and self.bands.folder is not None else None
+        holder = None
+        if deciders and self.bands.folder is not None:
+            holder = Shards(deciders, decider_silence)
         self.cache = BandCache(con, self.bands, holder)  # a chunk's candidates in the lake
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
         # The band rows of the last chunk matched, sorted by hash, for its add_chunk: sorting
@@ -231,7 +234,7 @@ class NearDedupIndex:
     ) -> NearDedupIndex:
         """The band index with the lake config's ``[near_dedup]`` settings, its tables made
         (``deciders``: as ``__init__`` takes them; a write session's, ``[ingest] deciders``)."""
-        index = cls(con, cfg.near_dedup, signatures, deciders)
+        index = cls(con, cfg.near_dedup, signatures, deciders, cfg.ingest.heartbeat_timeout)
         index.create_schema()
         return index
 

@@ -10,9 +10,10 @@ the driver holds no longer grows with the lake, and its lookups and merges run i
 A shard holds a cache, nothing else: the truth stays the band files and ``minhash_docs``, and
 ``BandCache`` still decides when its rows are stale. So a shard that dies (killed, out of
 memory) loses nothing: every shard is started again, empty, and reads its part of the band
-files again (``band_cache.HolderLostError``; ``BandCache`` does it once per lookup). Shards
-read the band files themselves, so a reload costs the driver no bytes. They stop with the
-session, and on their own when the driver is gone (their pipe closes).
+files again (``band_cache.HolderLostError``; ``BandCache`` does it once per lookup), and so
+does a shard that falls silent at work (frozen: no beat for ``[ingest] heartbeat_timeout``).
+Shards read the band files themselves, so a reload costs the driver no bytes. They stop with
+the session, and on their own when the driver is gone (their pipe closes).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import itertools
 import multiprocessing
 import multiprocessing.connection
 import resource
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,7 @@ from lakecurate.store.band_cache import (
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
+BEAT_SECONDS = 1.0  # how often a shard at work says it is alive
 
 
 def part(rows: Rows, shard: int, shards: int) -> Rows:
@@ -68,21 +72,37 @@ def _near(
 
 
 def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int) -> None:
-    """A shard's loop: one request, one answer, until ``stop`` or the driver is gone."""
+    """A shard's loop: one request, one answer, until ``stop`` or the driver is gone. While
+    it works on a request a thread beats every ``BEAT_SECONDS``: a shard frozen (stopped, or
+    stuck in C) falls silent, and the driver kills it."""
     runs = Runs()
+    lock, working = threading.Lock(), threading.Event()
 
     def keep(rows: Rows) -> Rows:
         return part(rows, shard, shards)
 
+    def send(message: tuple[str, Any]) -> None:
+        with lock:
+            conn.send(message)
+
+    def beat() -> None:
+        while True:
+            time.sleep(BEAT_SECONDS)
+            if working.is_set():
+                with contextlib.suppress(OSError):
+                    send(("beat", None))
+
+    threading.Thread(target=beat, name="beat", daemon=True).start()
     while True:
         try:
             op, args = conn.recv()
         except (EOFError, OSError):
             return  # the driver is gone
+        working.set()
         try:
             out: Any = None
             if op == "stop":
-                conn.send(("ok", None))
+                send(("ok", None))
                 return
             if op == "clear":
                 runs.clear()
@@ -113,12 +133,14 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 out = (use.ru_utime + use.ru_stime, use.ru_maxrss)
             else:
                 raise ValueError(f"unknown request {op!r}")
-            conn.send(("ok", out))
+            send(("ok", out))
         except Exception as exc:  # the driver raises it; the shard stays up
             try:
-                conn.send(("error", exc))  # its own class: IndexFilesError says what to do
+                send(("error", exc))  # its own class: IndexFilesError says what to do
             except Exception:  # not picklable
-                conn.send(("error", LakeError(f"{type(exc).__name__}: {exc}")))
+                send(("error", LakeError(f"{type(exc).__name__}: {exc}")))
+        finally:
+            working.clear()
 
 
 def _joined(found: list[tuple[I64, I64]]) -> tuple[I64, I64]:
@@ -132,10 +154,13 @@ class Shards:
 
     remote = True
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, silence: float = 60.0) -> None:
+        """``silence``: how long a shard at work may say nothing before it is killed (the
+        ``[ingest] heartbeat_timeout`` of the workers)."""
         if count < 1:
             raise ValueError("a sharded band cache needs at least one shard")
         self.count = count
+        self.silence = silence
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         self.starts = 0  # times the shards were (re)started, for tests
@@ -166,19 +191,29 @@ class Shards:
         try:
             for conn, request in zip(self._conns, requests, strict=True):
                 conn.send(request)
-            answers = [conn.recv() for conn in self._conns]
-        except (EOFError, OSError) as exc:
+            answers = [self._answer(conn) for conn in self._conns]
+        except (EOFError, OSError, TimeoutError) as exc:
             dead = [f"{p.name} (exit code {p.exitcode})" for p in self._procs if not p.is_alive()]
             self._kill()  # the others too: their pipes may hold answers nobody will read
+            why = str(exc) if isinstance(exc, TimeoutError) else type(exc).__name__
             raise HolderLostError(
                 f"a decider process holding part of the near-dedup band index stopped "
-                f"({', '.join(dead) or type(exc).__name__}); it is started again and reads "
-                "its part of the band files again"
+                f"({', '.join(dead) or why}); it is started again and reads its part of the "
+                "band files again"
             ) from exc
         errors = [value for kind, value in answers if kind != "ok"]
         if errors:
             raise errors[0]  # as the driver would have raised it
         return [value for _, value in answers]
+
+    def _answer(self, conn: multiprocessing.connection.Connection) -> tuple[str, Any]:
+        """A shard's answer, past its beats; ``TimeoutError`` when it falls silent."""
+        while True:
+            if not conn.poll(self.silence):
+                raise TimeoutError(f"silent for {self.silence:g} s at work: frozen, killed")
+            kind, value = conn.recv()
+            if kind != "beat":
+                return kind, value
 
     def clear(self) -> None:
         self._ask([("clear", ())] * self.count)

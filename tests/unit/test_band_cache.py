@@ -235,3 +235,30 @@ def test_a_deciders_error_reaches_the_driver_as_itself(files: SignatureFiles) ->
         assert len(shards) == 0
     finally:
         shards.close()
+
+
+def test_a_frozen_decider_is_killed_and_replaced(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+) -> None:
+    """SIGSTOP a decider (frozen: alive, silent): after ``silence`` seconds without a beat it
+    is killed, the shards start again and read the band files again, and the answer is the
+    same."""
+    import os
+    import signal
+    import time
+
+    rng = np.random.default_rng(6)
+    shards = Shards(2, silence=2.0)
+    try:
+        cache = BandCache(con, files, shards)
+        for seq in range(1, 6):
+            insert(con, files, cache, chunk(rng, seq, 30))
+        probe = chunk(rng, 9, 30)
+        before = cached(cache, probe, 9 << 32)
+        os.kill(shards._procs[0].pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        started = time.monotonic()
+        assert cached(cache, probe, 9 << 32) == before
+        assert 2.0 <= time.monotonic() - started < 30
+        assert shards.starts == 2 and cache.loads == 2
+    finally:
+        shards.close()
