@@ -158,6 +158,20 @@ def test_a_change_the_cache_did_not_make_reloads_it(
     assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
 
 
+def sharded_lake(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles, shards: Shards, rng: np.random.Generator
+) -> tuple[BandCache, Chunk, list]:  # type: ignore[type-arg]
+    """A cache on ``shards`` holding 7 chunks, a probe chunk, and the probe's candidates
+    (checked against the join: not empty)."""
+    cache = BandCache(con, files, shards)
+    for seq in range(1, 8):
+        insert(con, files, cache, chunk(rng, seq, 30))
+    probe = chunk(rng, 9, 30)
+    before = cached(cache, probe, 9 << 32)
+    assert before == joined(con, probe, 9 << 32) and before
+    return cache, probe, before
+
+
 def test_a_killed_decider_loses_nothing(
     con: duckdb.DuckDBPyConnection, files: SignatureFiles
 ) -> None:
@@ -169,12 +183,7 @@ def test_a_killed_decider_loses_nothing(
     rng = np.random.default_rng(4)
     shards = Shards(2)
     try:
-        cache = BandCache(con, files, shards)
-        for seq in range(1, 8):
-            insert(con, files, cache, chunk(rng, seq, 30))
-        probe = chunk(rng, 9, 30)
-        before = cached(cache, probe, 9 << 32)
-        assert before == joined(con, probe, 9 << 32) and before
+        cache, probe, before = sharded_lake(con, files, shards, rng)
         os.kill(shards._procs[1].pid, signal.SIGKILL)  # type: ignore[arg-type]
         shards._procs[1].join()
         assert cached(cache, probe, 9 << 32) == before
@@ -247,14 +256,9 @@ def test_a_frozen_decider_is_killed_and_replaced(
     import signal
     import time
 
-    rng = np.random.default_rng(6)
     shards = Shards(2, silence=2.0)
     try:
-        cache = BandCache(con, files, shards)
-        for seq in range(1, 6):
-            insert(con, files, cache, chunk(rng, seq, 30))
-        probe = chunk(rng, 9, 30)
-        before = cached(cache, probe, 9 << 32)
+        cache, probe, before = sharded_lake(con, files, shards, np.random.default_rng(6))
         os.kill(shards._procs[0].pid, signal.SIGSTOP)  # type: ignore[arg-type]
         started = time.monotonic()
         assert cached(cache, probe, 9 << 32) == before
