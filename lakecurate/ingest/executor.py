@@ -42,15 +42,23 @@ def default_workers() -> int:
     )
 
 
-def _init_worker(beats: Any) -> None:
+def _init_worker(beats: Any, driver: int) -> None:
+    """``driver``: its pid, passed in (a worker that starts after the driver died has
+    another parent already)."""
     global _beats  # noqa: PLW0603 (one queue per worker process, set once)
     faults.hit("worker_start")
     _beats = beats
-    threading.Thread(target=_beat_forever, name="lakecurate-beat", daemon=True).start()
+    threading.Thread(
+        target=_beat_forever, args=(driver,), name="lakecurate-beat", daemon=True
+    ).start()
 
 
-def _beat_forever() -> None:
+def _beat_forever(parent: int) -> None:
+    """Beat every second while a task runs; end the worker once its driver is gone (a driver
+    ended by SIGTERM left its workers waiting forever to hand back a result)."""
     while True:
+        if os.getppid() != parent:
+            os._exit(1)  # nobody will take this worker's result
         key = _current
         if key is not None:
             done = progress.fraction() if _is_chunk(key) else 0.0
@@ -125,7 +133,10 @@ class LocalExecutor:
             self._beats = ctx.SimpleQueue()
             self._beaten = False
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=ctx, initializer=_init_worker, initargs=(self._beats,)
+                self.workers,
+                mp_context=ctx,
+                initializer=_init_worker,
+                initargs=(self._beats, os.getpid()),
             )
         return self._pool
 

@@ -150,3 +150,52 @@ def test_workers_that_die_as_they_start_stop_the_run_with_one_line(
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "die as they start" in errors[0], done.stderr
     assert "__main__" in errors[0]
+
+
+def _pool_children(pid: int) -> list[int]:
+    """The worker processes (multiprocessing's spawned children) of process ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and b"spawn_main" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its exit status waits for a reaper
+
+
+def test_workers_end_when_their_driver_is_ended_alone(corpus: Path, tmp_path: Path) -> None:
+    """SIGTERM the driver alone, not its process group, while its workers run: they notice
+    within a beat and end, instead of waiting forever to hand back a result nobody takes."""
+    import time
+
+    from helpers import start_lakecurate
+
+    args = ("ingest", corpus, "--lake", tmp_path / "lake", "--config", _cfg(tmp_path))
+    proc = start_lakecurate(*args, "--workers", "2", env={"LAKECURATE_FAULT": "worker:sleep"})
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline:
+            workers = _pool_children(proc.pid)
+            time.sleep(0.1)
+        assert workers, proc.communicate()
+        proc.terminate()
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(_running(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [w for w in workers if _running(w)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
