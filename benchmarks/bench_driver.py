@@ -107,29 +107,25 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0) -> 
         return out
 
     runner.make_plan = measured_plan  # type: ignore[assignment]
-    reaped: dict[str, int] = {}  # the workers' bytes, added when the pool is shut down
-    close = runner.LocalExecutor.close
+    reaped: dict[str, int] = {}  # the children's bytes, added when they are shut down
+    shards: list[Any] = []  # the decider processes closed
 
-    def measured_close(self: Any) -> None:
-        before = io_counters()
-        close(self)
-        after = io_counters()
-        for k in ("rchar", "wchar"):
-            reaped[k] = reaped.get(k, 0) + after[k] - before[k]
+    def reaping(close: Any, closed: list[Any] | None = None) -> Any:
+        """``close`` (of the pool, of the deciders), the bytes it reaps counted apart."""
 
-    runner.LocalExecutor.close = measured_close  # type: ignore[method-assign]
-    shards: list[Any] = []  # the decider processes: their bytes are reaped at their close too
-    close_shards = band_shards.Shards.close
+        def measured(self: Any) -> None:
+            before = io_counters()
+            close(self)
+            after = io_counters()
+            for k in ("rchar", "wchar"):
+                reaped[k] = reaped.get(k, 0) + after[k] - before[k]
+            if closed is not None:
+                closed.append(self)
 
-    def measured_close_shards(self: Any) -> None:
-        before = io_counters()
-        close_shards(self)
-        after = io_counters()
-        for k in ("rchar", "wchar"):
-            reaped[k] = reaped.get(k, 0) + after[k] - before[k]
-        shards.append(self)
+        return measured
 
-    band_shards.Shards.close = measured_close_shards  # type: ignore[method-assign]
+    runner.LocalExecutor.close = reaping(runner.LocalExecutor.close)  # type: ignore[method-assign]
+    band_shards.Shards.close = reaping(band_shards.Shards.close, shards)  # type: ignore[method-assign]
     first_chunk: list[float] = []
     submit = runner.LocalExecutor.submit
 

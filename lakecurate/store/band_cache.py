@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -116,8 +116,6 @@ class Runs:
     holds the cache's rows, here in the driver's memory (``store.band_shards`` holds them in
     other processes, partitioned by hash, behind the same methods)."""
 
-    remote = False
-
     def __init__(self) -> None:
         self._runs: list[_Run] = []
 
@@ -166,17 +164,6 @@ class Runs:
             return empty, empty
         return np.concatenate(found_src), np.concatenate(found_dst)
 
-    def push_source(self, files: SignatureFiles, source: BandSource) -> None:
-        self.push(*source.rows(files), ordered=True)
-
-    def search_source(
-        self, files: SignatureFiles, source: BandSource, below: int
-    ) -> tuple[I64, I64]:
-        return self.search(*source.rows(files), below)
-
-    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]:
-        return chunk_pairs(source.rows(files))
-
     def __len__(self) -> int:
         return sum(len(r) for r in self._runs)
 
@@ -205,6 +192,16 @@ class Holder(Protocol):
 
     def search(self, hashes: U64, bands: U8, srcs: I64, below: int) -> tuple[I64, I64]: ...
 
+    def __len__(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class RemoteHolder(Holder, Protocol):
+    """A holder in other processes, which reads a ``BandSource`` itself: cheaper than being
+    sent the rows (``band_shards.Shards``)."""
+
     def push_source(self, files: SignatureFiles, source: BandSource) -> None: ...
 
     def search_source(
@@ -212,13 +209,6 @@ class Holder(Protocol):
     ) -> tuple[I64, I64]: ...
 
     def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]: ...
-
-    remote: bool
-    """True: it reads a ``BandSource`` itself, cheaper than being sent the rows."""
-
-    def __len__(self) -> int: ...
-
-    def close(self) -> None: ...
 
 
 def chunk_pairs(rows: Rows) -> tuple[I64, I64]:
@@ -320,7 +310,7 @@ class BandCache:
 
         def search() -> tuple[I64, I64]:
             holder = self._current()
-            if source is not None and holder.remote:
+            if source is not None and isinstance(holder, RemoteHolder):
                 return holder.search_source(self.files, source, below)
             return holder.search(hashes, bands, srcs, below)
 
@@ -330,7 +320,9 @@ class BandCache:
         """(src, dst), distinct: the chunk's own documents sharing a bucket (``chunk_pairs``),
         found by the holder from the chunk's band file (a remote holder: the driver need not
         read the bands)."""
-        return distinct_pairs(*self.retried(lambda: self.holder.chunk_pairs(self.files, source)))
+        holder = self.holder
+        assert isinstance(holder, RemoteHolder), "the chunk's own pairs are a remote holder's"
+        return distinct_pairs(*self.retried(lambda: holder.chunk_pairs(self.files, source)))
 
     def retried(self, ask: Callable[[], T]) -> T:
         """``ask`` (of the holder) again once when the holder lost its rows (read again on
@@ -372,7 +364,7 @@ class BandCache:
             return
         self._loaded = False  # until the rows are in: a holder that fails reloads next time
         try:
-            if source is not None and self.holder.remote:
+            if source is not None and isinstance(self.holder, RemoteHolder):
                 self.holder.push_source(self.files, source)
             else:
                 self.holder.push(hashes, bands, seqs, ordered=ordered)

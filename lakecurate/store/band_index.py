@@ -29,7 +29,14 @@ from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near import minhash
 from lakecurate.steps.near.signatures import common_shingles
-from lakecurate.store.band_cache import BandCache, BandSource, Rows, band_rows, by_hash
+from lakecurate.store.band_cache import (
+    BandCache,
+    BandSource,
+    RemoteHolder,
+    Rows,
+    band_rows,
+    by_hash,
+)
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
@@ -244,7 +251,7 @@ class NearDedupIndex:
         (its lake and in-chunk candidates): a chunk matched with its worker's bands file
         (``match_chunk``'s ``bands``) needs only empty band lists, one per document with
         tokens (``ingest.staging.read_keys``)."""
-        return self.cache.holder.remote
+        return isinstance(self.cache.holder, RemoteHolder)
 
     @property
     def min_matches(self) -> int:
@@ -417,21 +424,25 @@ class NearDedupIndex:
         ends holding both), or by decider processes (``tested``), which read them."""
         self.con.execute(engine.q("dedup.kept_pairs"))
         self.con.execute(engine.q("dedup.kept_groups"))
-        if tested is None:
-            reps = self._old("kept_reps_needed")
-            self.con.register("nd_old_sigs", reps)
-            self.con.execute(engine.q("dedup.kept_rep_near"), self.near_params)
-        else:
-            self._given("kept_rep_given", tested(self._pairs("kept_group_pairs")))
+        self.con.execute(engine.q("dedup.kept_group_pairs"))
+        reps = self._test_asked(tested)
         self.con.execute(engine.q("dedup.kept_rep_check"))
         self.con.execute(engine.q("dedup.kept_edge_pairs"))
-        if tested is None:
-            edges = self._old("kept_edges_needed")
-            self.con.register("nd_old_sigs", pa.concat_tables([reps, edges]))
-            self.con.execute(engine.q("dedup.kept_edge_near"), self.near_params)
-        else:
-            self._given("kept_edge_given", tested(self._pairs("kept_edge_pairs_asked")))
-            self.con.register("nd_old_sigs", self.signatures.read([]))  # none needed yet
+        self._test_asked(tested, reps)
+
+    def _test_asked(self, tested: Tester | None, known: pa.Table | None = None) -> pa.Table:
+        """Which of the pairs asked (``nd_asked``) are near, into ``nd_near_pairs``: here, on
+        the signatures read (returned; ``nd_old_sigs`` holds them and ``known`` after, for
+        the label rounds), or by decider processes (``tested``: none read)."""
+        if tested is not None:
+            self._given(tested(self._pairs("asked_pairs")))
+            sigs = self.signatures.read([])
+            self.con.register("nd_old_sigs", sigs)  # the label rounds read theirs later
+            return sigs
+        sigs = self._old("asked_needed")
+        self.con.register("nd_old_sigs", sigs if known is None else pa.concat_tables([known, sigs]))
+        self.con.execute(engine.q("dedup.asked_near"), self.near_params)
+        return sigs
 
     def _pairs(self, statement: str) -> tuple[I64, I64]:
         cols = self.con.sql(engine.q(f"dedup.{statement}")).fetchnumpy()
@@ -440,10 +451,10 @@ class NearDedupIndex:
             np.asarray(cols["dst"], dtype=np.int64),
         )
 
-    def _given(self, statement: str, near: tuple[I64, I64]) -> None:
+    def _given(self, near: tuple[I64, I64]) -> None:
         self.con.register("nd_given", pa.table({"src": near[0], "dst": near[1]}))
         try:
-            self.con.execute(engine.q(f"dedup.{statement}"))
+            self.con.execute(engine.q("dedup.asked_given"))
         finally:
             self.con.unregister("nd_given")
 

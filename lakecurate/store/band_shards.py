@@ -44,6 +44,7 @@ from lakecurate.store.band_cache import (
     HolderLostError,
     Rows,
     Runs,
+    by_hash,
     chunk_pairs,
 )
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
@@ -152,8 +153,6 @@ class Shards:
     """K decider processes holding the band cache's rows (a ``band_cache.Holder``), started
     on first use."""
 
-    remote = True
-
     def __init__(self, count: int, silence: float = 60.0) -> None:
         """``silence``: how long a shard at work may say nothing before it is killed (the
         ``[ingest] heartbeat_timeout`` of the workers)."""
@@ -219,10 +218,7 @@ class Shards:
         self._ask([("clear", ())] * self.count)
 
     def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
-        rows: Rows = (hashes, bands, seqs)
-        if not ordered:
-            order = np.argsort(hashes)
-            rows = (hashes[order], bands[order], seqs[order])
+        rows: Rows = (hashes, bands, seqs) if ordered else by_hash((hashes, bands, seqs))
         self._ask([("push", part(rows, i, self.count)) for i in range(self.count)])
 
     def load(self, files: SignatureFiles, seqs: Sequence[int]) -> None:
@@ -295,9 +291,4 @@ class Shards:
                 conn.send(("stop", ()))
         for proc in self._procs:
             proc.join(STOP_SECONDS)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in self._conns:
-            conn.close()
-        self._procs, self._conns = [], []
+        self._kill()  # those that did not stop

@@ -145,61 +145,48 @@ WHERE c.old;
 CREATE OR REPLACE TEMP TABLE nd_groups AS
 SELECT src, rep, bool_or(dst = rep) AS has_rep FROM nd_old_pairs GROUP BY src, rep;
 
--- name: kept_reps_needed
-SELECT DISTINCT rep AS doc_seq FROM nd_groups ORDER BY 1;
-
 -- name: kept_group_pairs
--- The (document, kept document) pairs the groups ask about, for decider processes to test.
-SELECT src, rep AS dst FROM nd_groups ORDER BY src, rep;
-
--- name: kept_rep_near
--- The groups whose document is near their kept document. `nd_old_sigs` holds the kept
--- documents' signatures (kept_reps_needed) here. (With decider processes, which read the sets
--- themselves, their answer: kept_near_given.)
-CREATE OR REPLACE TEMP TABLE nd_near_groups AS
-SELECT g.src, g.rep AS dst
-FROM nd_groups g
-JOIN nd_chunk_sigs s ON s.doc_seq = g.src
-JOIN nd_old_sigs r ON r.doc_seq = g.rep
-WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den);
-
--- name: kept_rep_given
--- What kept_rep_near makes, from the pairs decider processes found near (`nd_given`).
-CREATE OR REPLACE TEMP TABLE nd_near_groups AS SELECT src, dst FROM nd_given;
+-- The (document, kept document) pair each group asks about, to test (asked_near).
+CREATE OR REPLACE TEMP TABLE nd_asked AS SELECT src, rep AS dst FROM nd_groups;
 
 -- name: kept_rep_check
+-- The groups whose document is near their kept document (`nd_near_pairs`, the answers to
+-- kept_group_pairs).
 CREATE OR REPLACE TEMP TABLE nd_groups AS
 SELECT g.src, g.rep, g.has_rep
 FROM nd_groups g
-SEMI JOIN nd_near_groups n ON n.src = g.src AND n.dst = g.rep;
+SEMI JOIN nd_near_pairs n ON n.src = g.src AND n.dst = g.rep;
 
 -- name: kept_edge_pairs
 -- The candidates that settle the groups left (near the kept document, which is not itself a
--- candidate): the pairs the group's document must be near one of.
-CREATE OR REPLACE TEMP TABLE nd_edge_pairs AS
+-- candidate): the pairs the group's document must be near one of, to test (asked_near).
+CREATE OR REPLACE TEMP TABLE nd_asked AS
 SELECT DISTINCT p.src, p.dst
 FROM nd_groups g
 JOIN nd_old_pairs p ON p.src = g.src AND p.rep = g.rep
 WHERE NOT g.has_rep;
 
--- name: kept_edges_needed
-SELECT DISTINCT dst AS doc_seq FROM nd_edge_pairs ORDER BY 1;
+-- name: asked_needed
+-- The earlier documents whose signatures testing the pairs asked reads.
+SELECT DISTINCT dst AS doc_seq FROM nd_asked ORDER BY 1;
 
--- name: kept_edge_pairs_asked
-SELECT src, dst FROM nd_edge_pairs ORDER BY src, dst;
+-- name: asked_pairs
+-- The pairs asked, for decider processes to test (they read the signatures themselves).
+SELECT src, dst FROM nd_asked ORDER BY src, dst;
 
--- name: kept_edge_near
--- `nd_old_sigs` holds the candidates' signatures (kept_edges_needed) here.
-CREATE OR REPLACE TEMP TABLE nd_near_edges AS
-SELECT e.src, e.dst
-FROM nd_edge_pairs e
-JOIN nd_chunk_sigs s ON s.doc_seq = e.src
-JOIN nd_old_sigs d ON d.doc_seq = e.dst
+-- name: asked_near
+-- The pairs asked that are near: a chunk document and an earlier one, whose signatures
+-- `nd_chunk_sigs` and `nd_old_sigs` hold (asked_needed).
+CREATE OR REPLACE TEMP TABLE nd_near_pairs AS
+SELECT a.src, a.dst
+FROM nd_asked a
+JOIN nd_chunk_sigs s ON s.doc_seq = a.src
+JOIN nd_old_sigs d ON d.doc_seq = a.dst
 WHERE nd_near(s.signature, d.signature, $min_matches, $num, $den);
 
--- name: kept_edge_given
--- What kept_edge_near makes, from the pairs decider processes found near (`nd_given`).
-CREATE OR REPLACE TEMP TABLE nd_near_edges AS SELECT src, dst FROM nd_given;
+-- name: asked_given
+-- What asked_near makes, from the pairs decider processes found near (`nd_given`).
+CREATE OR REPLACE TEMP TABLE nd_near_pairs AS SELECT src, dst FROM nd_given;
 
 -- name: kept_labels_needed
 -- With decider processes: the kept documents in the lake that the label rounds compare with
@@ -261,13 +248,13 @@ GROUP BY l.doc_seq, l.label;
 -- this rule are not monotone between rounds, so a round must not start from the previous one).
 -- nd_groups holds the (document, cluster) pairs whose kept document the document is near
 -- (kept_rep_check); a group counts when one of its candidates is near too, the kept document
--- itself (has_rep) or another (nd_near_edges: kept_edge_near, or kept_edge_given).
+-- itself (has_rep) or another (nd_near_pairs: the answers to kept_edge_pairs).
 CREATE OR REPLACE TEMP TABLE nd_init AS
 WITH edged AS (
     SELECT DISTINCT g.src, g.rep
     FROM nd_groups g
     JOIN nd_old_pairs p ON p.src = g.src AND p.rep = g.rep
-    SEMI JOIN nd_near_edges n ON n.src = p.src AND n.dst = p.dst
+    SEMI JOIN nd_near_pairs n ON n.src = p.src AND n.dst = p.dst
     WHERE NOT g.has_rep
 ), ok AS (
     SELECT src, min(rep) AS rep
