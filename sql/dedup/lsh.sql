@@ -189,10 +189,14 @@ WHERE nd_near(s.signature, d.signature, $min_matches, $num, $den);
 CREATE OR REPLACE TEMP TABLE nd_near_pairs AS SELECT src, dst FROM nd_given;
 
 -- name: kept_labels_needed
--- With decider processes: the kept documents in the lake that the label rounds compare with
--- (a start label in the lake, which may flow to a later document of the chunk).
-SELECT DISTINCT label AS doc_seq FROM nd_init
-WHERE label < (SELECT min(doc_seq) FROM nd_chunk) ORDER BY 1;
+-- With decider processes: the kept documents in the lake that the label rounds compare with: a
+-- start label in the lake flows only from a document at the far end of an in-chunk edge (every
+-- label a round compares with is the start label of such a document), so only those are read
+-- (the others were most of the driver's reads: a copy of a lake document starts with its label).
+SELECT DISTINCT i.label AS doc_seq
+FROM nd_init i
+SEMI JOIN nd_edges e ON e.dst = i.doc_seq AND NOT e.old
+WHERE i.label < (SELECT min(doc_seq) FROM nd_chunk) ORDER BY 1;
 
 -- name: chunk_signatures_needed
 -- The chunk's own documents whose signatures the matching compares: every one in a candidate

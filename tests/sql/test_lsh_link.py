@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,9 +21,12 @@ from helpers import as_global, match_in_chunks
 from lakecurate import engine
 from lakecurate.config import NearDedupConfig
 from lakecurate.errors import ConfigError, LakeError
+from lakecurate.lake import sets as lake_sets
+from lakecurate.lake.storage import Location
 from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
+from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 # The signature test (verify_on = "signature"), whose estimates the constructed chains below are
 # made of; the exact test on shingle sets is checked in test_lsh_exact.py.
@@ -353,3 +357,55 @@ def test_a_lake_cluster_whose_kept_document_is_not_a_candidate() -> None:
         got.update(zip(names, result["dup_of"].to_pylist(), strict=True))
     idx.con.close()
     assert got == {"A": None, "B": "A", "C": "A", "D": None, "E": None}
+
+
+@pytest.mark.parametrize("deciders", [0, 2], ids=["driver", "2 deciders"])
+def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int) -> None:
+    """A label from the lake reaches a document through an in-chunk edge, and the label rounds
+    test it against that label's kept document, whose set must then be at hand (with decider
+    processes the driver reads only those sets, from the lake's signature files). Made by hand:
+    K is kept (chunk 0); A (chunk 1) shares a band with K and is near it: K's cluster. B (chunk 1)
+    shares a band with A only, and is near A and K: it joins K through A. C (chunk 1) is an
+    exact copy of K with no in-chunk edge: its label is never compared with in a round."""
+    perm = CFG.num_perm
+    bands_n = mh.layout(CFG)[0]
+    k = np.arange(perm, dtype=np.uint32)
+
+    def changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
+        out = base.copy()
+        out[lo:hi] = tag * 1000 + np.arange(lo, hi, dtype=np.uint32)
+        return out
+
+    sigs = {"K": k, "A": changed(k, 0, 10, 1), "C": k.copy()}
+    sigs["B"] = changed(sigs["A"], 10, 20, 2)  # 118 equal with A, 108 with K
+    assert sum(sigs["B"] == k) >= NEED
+    unique = iter(range(10_000, 20_000))
+
+    def bands_of(shared: dict[int, int]) -> list[int]:
+        return [shared.get(i, next(unique)) for i in range(bands_n)]
+
+    bands = {"K": bands_of({0: 1}), "A": bands_of({0: 1, 1: 2}), "B": bands_of({1: 2})}
+    bands["C"] = list(bands["K"])
+    files = SignatureFiles(tmp_path / "signatures")
+    idx = band_index.NearDedupIndex(engine.connect(threads=1), CFG, files, deciders)
+    idx.create_schema()
+    got = {}
+    try:
+        for ordinal, names in enumerate(["K", "ABC"]):
+            doc_seq = band_index.make_doc_seq(ordinal, np.arange(len(names)))
+            sig = pa.array([sigs[n].tolist() for n in names], pa.list_(pa.uint32()))
+            band = pa.array([bands[n] for n in names], pa.list_(pa.uint64()))
+            table = band_index.chunk_table(doc_seq, list(names), sig, band)
+            files_of = []
+            for column, lists in (("signature", sig), ("bands", band)):
+                path = Location(str(tmp_path / f"{ordinal}.{column}.arrow"))
+                rows = np.arange(len(names), dtype=np.int64)
+                lake_sets.write(pa.table({"row": rows, column: lists}), path)
+                files_of.append(ChunkSets.of_file(ordinal, path))
+            result = idx.match_chunk(table, *files_of)
+            idx.add_chunk(table, result, *files_of)
+            got.update(zip(names, result["dup_of"].to_pylist(), strict=True))
+    finally:
+        idx.close()
+        idx.con.close()
+    assert got == {"K": None, "A": "K", "B": "K", "C": "K"}
