@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -62,29 +62,46 @@ class _Run:
         return len(self.hashes)
 
     def merged(self, later: _Run) -> _Run:
-        """Both runs as one, sorted: each of ``later``'s rows goes in after the equal hashes of
-        this one. No sort and no index array over the whole: the result's 17 bytes a row are
-        all the memory a merge adds (a stable sort of the two concatenated held about 3.5
-        times that at once, the driver's peak at 16x, issue 14)."""
-        at = np.searchsorted(self.hashes, later.hashes, side="right")
-        at += np.arange(len(later), dtype=at.dtype)
-        mine = np.ones(len(self) + len(later), dtype=bool)
-        mine[at] = False
-        columns = []
-        for old, new in (
-            (self.hashes, later.hashes),
-            (self.bands, later.bands),
-            (self.seqs, later.seqs),
-        ):
-            out = np.empty(len(mine), dtype=old.dtype)
-            out[mine] = old
-            out[at] = new
-            columns.append(out)
-        hashes, bands, seqs = columns
+        """Both runs as one, sorted (``merge_columns``): the result's 17 bytes a row are all
+        the memory a merge adds (a stable sort of the two concatenated held about 3.5 times
+        that at once, the driver's peak at 16x, issue 14)."""
+        hashes, bands, seqs = merge_columns(
+            (self.hashes, self.bands, self.seqs), (later.hashes, later.bands, later.seqs)
+        )
         return _Run(hashes, bands, seqs, ordered=True)
 
 
-def _push(runs: list[_Run], run: _Run) -> None:
+def merge_columns(
+    earlier: Sequence[npt.NDArray[Any]], later: Sequence[npt.NDArray[Any]]
+) -> list[npt.NDArray[Any]]:
+    """The columns of two runs sorted by their first column, as one run so sorted: each of
+    ``later``'s rows goes in after the equal keys of ``earlier``. No sort and no index array
+    over the whole."""
+    at = np.searchsorted(earlier[0], later[0], side="right")
+    at += np.arange(len(later[0]), dtype=at.dtype)
+    mine = np.ones(len(earlier[0]) + len(later[0]), dtype=bool)
+    mine[at] = False
+    columns = []
+    for old, new in zip(earlier, later, strict=True):
+        out = np.empty(len(mine), dtype=old.dtype)
+        out[mine] = old
+        out[at] = new
+        columns.append(out)
+    return columns
+
+
+class Mergeable(Protocol):
+    """A sorted run of a log-structured merge: this one's, or the key cache's."""
+
+    def __len__(self) -> int: ...
+
+    def merged(self: R, later: R) -> R: ...
+
+
+R = TypeVar("R", bound=Mergeable)
+
+
+def push_run(runs: list[R], run: R) -> None:
     """Add a run; a run merges into the one before it while that one is less than
     ``MERGE_RATIO`` times its size."""
     runs.append(run)
@@ -125,7 +142,7 @@ class Runs:
     def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
         """Add band rows (``ordered``: sorted by hash)."""
         if len(hashes):
-            _push(self._runs, _Run(hashes, bands, seqs, ordered=ordered))
+            push_run(self._runs, _Run(hashes, bands, seqs, ordered=ordered))
 
     def load(self, files: SignatureFiles, seqs: Sequence[int], keep: Keep | None = None) -> None:
         """Hold exactly the band files of ``seqs``, read file by file as the index's adds did

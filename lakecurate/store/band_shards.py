@@ -50,6 +50,7 @@ from lakecurate.store.band_cache import (
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
+START_SECONDS = 120.0  # how long a shard may take to start (its imports) before it is given up
 BEAT_SECONDS = 1.0  # how often a shard at work says it is alive
 
 
@@ -94,6 +95,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                     send(("beat", None))
 
     threading.Thread(target=beat, name="beat", daemon=True).start()
+    send(("ready", None))  # imports done: from now on a silence at work means frozen
     while True:
         try:
             op, args = conn.recv()
@@ -182,12 +184,17 @@ class Shards:
             self._procs.append(proc)
             self._conns.append(mine)
         self.starts += 1
+        # Started together, then each waited for: a shard's imports are not work, and took
+        # more than a short heartbeat_timeout on a loaded machine (it was taken for frozen).
+        for conn in self._conns:
+            if not conn.poll(START_SECONDS) or conn.recv()[0] != "ready":
+                raise TimeoutError(f"a decider process did not start within {START_SECONDS:g} s")
 
     def _ask(self, requests: Sequence[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Send one request to each shard, then take each answer: the shards work at once."""
-        if not self._procs:
-            self._start()
         try:
+            if not self._procs:
+                self._start()
             for conn, request in zip(self._conns, requests, strict=True):
                 conn.send(request)
             answers = [self._answer(conn) for conn in self._conns]

@@ -3,7 +3,8 @@
 Tier 2 is authoritative: DuckDB tables of 128-bit keys in ``state.duckdb`` (``doc_ids``,
 ``content_hashes``), written inside the caller's state transaction so the index and the chunk
 statuses never disagree. Tier 1, when enabled, is a Bloom filter per key space in memory: a "no"
-from it is final, only "maybe" keys reach DuckDB, in one batched join per chunk.
+from it is final, only "maybe" keys reach tier 2, whose keys a cache holds sorted in memory
+(``store.key_cache``: a join in DuckDB scanned every key of the lake for each chunk).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from lakecurate import engine
 from lakecurate.store import bloom
+from lakecurate.store.key_cache import KeyCache
 
 TIER1_P = 0.001  # target false-positive rate of each Bloom filter
 TIER1_MIN_N = 1_000_000  # initial capacity; the filter grows as a chain beyond it
@@ -50,8 +52,8 @@ class IndexStats:
 
     lookups: int = 0  # keys asked about
     maybe: int = 0  # keys tier 1 could not rule out (all of them without tier 1)
-    tier2_queries: int = 0  # batched DuckDB joins issued
-    tier2_hits: int = 0  # keys DuckDB confirmed as present
+    tier2_queries: int = 0  # batched tier-2 lookups (of the key cache)
+    tier2_hits: int = 0  # keys tier 2 confirmed as present
     seconds: float = 0.0  # time spent in lookups and index writes
     lookup_seconds: float = 0.0  # of which lookups (tier 1 and tier 2)
     write_seconds: float = 0.0  # of which index writes (tier 2 inserts and tier 1 adds)
@@ -69,6 +71,7 @@ class MembershipIndex:
         # Tier 1 filters by key space ("content", "ids"); absent = every key is a "maybe".
         self.tier1: dict[str, bloom.BloomFilter | bloom.ScalableBloomFilter] = {}
         self._appenders: dict[str, duckdb.Appender] = {}  # by tier-2 table, made on first use
+        self.tier2 = {space: KeyCache(con, space) for space, _ in SPACES}
 
     # -- tier 1: load, verify, top up, save ------------------------------------------------
     def _halves(self, statement: str, since: int) -> Iterator[np.ndarray]:
@@ -175,36 +178,38 @@ class MembershipIndex:
         self.stats.maybe += len(strings)
         return strings
 
-    def _tier2(self, statement: str, params: dict[str, object]) -> list[tuple[object, ...]]:
-        """One tier-2 query; the maybe keys travel as list parameters (no registered table:
-        registering one costs more than the whole query at the sizes of one chunk)."""
+    def _tier2(self, space: str, halves: np.ndarray) -> tuple[np.ndarray, pa.Array | None]:
+        """One batched tier-2 lookup of the maybe keys (``halves``), in the key cache."""
         self.stats.tier2_queries += 1
-        rows = self._con.execute(engine.q(statement), params).fetchall()
-        self.stats.tier2_hits += len(rows)
-        return rows
+        found, ids = self.tier2[space].find(halves)
+        self.stats.tier2_hits += int(found.sum())
+        return found, ids
 
     def content_seen(self, hashes: pa.Array) -> pa.Table:
         """(content_hash, doc_id) of each content already kept somewhere in the lake."""
         started = time.perf_counter()
-        maybe = self._maybe("content", "index.content_keys", hashes)
-        rows = self._tier2("index.content_seen", {"hashes": maybe}) if maybe else []
-        found = pa.table(
-            {
-                "content_hash": pa.array([r[0] for r in rows], pa.string()),
-                "doc_id": pa.array([r[1] for r in rows], pa.string()),
-            }
-        )
+        maybe = list(dict.fromkeys(self._maybe("content", "index.content_keys", hashes)))
+        found: list[str] = []
+        ids: pa.Array = pa.array([], pa.string())
+        if maybe:
+            hit, got = self._tier2("content", self._halves_of("index.content_keys", maybe))
+            found = [maybe[i] for i in np.flatnonzero(hit)]
+            ids = got if got is not None else ids
+        table = pa.table({"content_hash": pa.array(found, pa.string()), "doc_id": ids})
         self._spent(started, "lookup_seconds")
-        return found
+        return table
 
     def ids_seen(self, ids: pa.Array) -> pa.Table:
-        """(id) of each given document id already in the lake."""
+        """(id) of each given document id already in the lake, once each."""
         started = time.perf_counter()
-        maybe = self._maybe("ids", "index.id_keys", ids)
-        rows = self._tier2("index.ids_seen", {"ids": maybe}) if maybe else []
-        found = pa.table({"id": pa.array([r[0] for r in rows], pa.string())})
+        maybe = list(dict.fromkeys(self._maybe("ids", "index.id_keys", ids)))
+        found: list[str] = []
+        if maybe:
+            hit, _ = self._tier2("ids", self._id_halves(pa.array(maybe, pa.string())))
+            found = [maybe[i] for i in np.flatnonzero(hit)]
+        table = pa.table({"id": pa.array(found, pa.string())})
         self._spent(started, "lookup_seconds")
-        return found
+        return table
 
     def _id_halves(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """``_halves_of`` for document ids, computed by DuckDB's ``md5_number`` over the Arrow
@@ -252,18 +257,20 @@ class MembershipIndex:
                     ],
                 )
             self._tier1_add("content", halves)
+            self.tier2["content"].add(halves, seq, kept["id"].combine_chunks(), kept.num_rows)
         if given_ids.num_rows:
+            halves = self._id_halves(given_ids["id"])
             if given_ids.num_rows >= BULK_ROWS:
                 # DISTINCT in SQL: an id repeated within a chunk is one row
                 self._insert("index.insert_ids", given_ids, seq)
-                if "ids" in self.tier1:
-                    self._tier1_add("ids", self._id_halves(given_ids["id"]))
             else:
-                halves = self._id_halves(given_ids["id"])
                 # DISTINCT: an id repeated within a chunk is one row, as in rebuild
                 rows = dict.fromkeys((hi << 64) | lo for hi, lo in halves.tolist())
                 self._append("doc_ids", [(key, seq) for key in rows])
-                self._tier1_add("ids", halves)
+            self._tier1_add("ids", halves)
+            if self.tier2["ids"].loaded:
+                distinct = np.unique(halves, axis=0)
+                self.tier2["ids"].add(distinct, seq, None, len(distinct))
         self._spent(started, "write_seconds")
 
     def _insert(self, statement: str, rows: pa.Table, seq: int) -> None:
@@ -302,3 +309,5 @@ class MembershipIndex:
         (tier 1 keeps them as harmless false positives until it is rebuilt)."""
         for statement in ("index.remove_content_of_commits", "index.remove_ids_of_commits"):
             self._con.execute(engine.q(statement), {"seqs": list(seqs)})
+        for cache in self.tier2.values():
+            cache.forget()

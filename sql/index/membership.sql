@@ -16,21 +16,6 @@ FROM (SELECT content_hash, ('0x' || content_hash)::UHUGEINT AS k FROM candidates
 SELECT id, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
 FROM (SELECT id, md5_number(id) AS k FROM candidates);
 
--- name: content_seen
--- Which of the maybe-keys (`$hashes`, md5 hex) the lake has seen, and the kept document each
--- stands for (the first entry: a lake indexed before near duplicates were may hold a content
--- twice once they are added). The keys come as a list parameter: a registered Arrow table
--- costs more than this whole query.
-SELECT m.content_hash, arg_min(h.doc_id, h.seq) AS doc_id
-FROM (SELECT DISTINCT unnest($hashes::VARCHAR[]) AS content_hash) m
-JOIN content_hashes h ON h.hash = ('0x' || m.content_hash)::UHUGEINT
-GROUP BY m.content_hash;
-
--- name: ids_seen
-SELECT DISTINCT m.id
-FROM (SELECT unnest($ids::VARCHAR[]) AS id) m
-JOIN doc_ids h ON h.hash = md5_number(m.id);
-
 -- name: insert_content
 -- `index_rows(content_hash, id)`: the kept rows of a decided chunk (index.py `add`).
 INSERT INTO content_hashes (hash, doc_id, seq)
@@ -72,3 +57,18 @@ SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM d
 
 -- name: tier2_sizes
 SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids;
+
+-- name: content_entries
+-- Every content key with the commit seq and the document id it stands for: what the key cache
+-- (store.key_cache) holds, read once per run when a lookup first needs it.
+SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo,
+       seq, doc_id
+FROM content_hashes;
+
+-- name: content_fingerprint
+-- What the key cache checks before it answers (row-group statistics, and deletion counts where
+-- rows were deleted: no key is read).
+SELECT count(*), coalesce(max(seq), -1) FROM content_hashes;
+
+-- name: ids_fingerprint
+SELECT count(*), coalesce(max(seq), -1) FROM doc_ids;
