@@ -16,6 +16,8 @@ from stale rows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 import numpy as np
 import numpy.typing as npt
@@ -30,47 +32,53 @@ NOT_FOUND = np.iinfo(np.int64).max
 
 
 class _KeyRun:
-    """Keys sorted by their high half, with each key's commit seq and ``ref``: its place in the
-    cache's pool of document ids (the content space; 0 otherwise), so that sorting and merging
-    move no strings."""
+    """Keys sorted by their high half (``cols``: hi, lo), and for the content space each
+    key's commit seq and ``ref``: its place in the cache's pool of document ids, so that
+    sorting and merging move no strings. The ids space needs neither: 16 bytes a key."""
 
-    __slots__ = ("hi", "lo", "ref", "seq")
+    __slots__ = ("cols",)
 
-    def __init__(self, hi: U64, lo: U64, seq: I64, ref: I64, *, ordered: bool = False) -> None:
+    def __init__(self, cols: list[npt.NDArray[Any]], *, ordered: bool = False) -> None:
         if not ordered:
-            order = np.argsort(hi, kind="stable")
-            hi, lo, seq, ref = hi[order], lo[order], seq[order], ref[order]
-        self.hi: U64 = hi
-        self.lo: U64 = lo
-        self.seq: I64 = seq
-        self.ref: I64 = ref
+            order = np.argsort(cols[0], kind="stable")
+            cols = [c[order] for c in cols]
+        self.cols = cols
+
+    @property
+    def hi(self) -> U64:
+        return self.cols[0]
 
     def __len__(self) -> int:
-        return len(self.hi)
+        return len(self.cols[0])
 
     def merged(self, later: _KeyRun) -> _KeyRun:
         """Both runs as one, still sorted, without a sort (``band_cache.merge_columns``)."""
-        hi, lo, seq, ref = merge_columns(
-            (self.hi, self.lo, self.seq, self.ref), (later.hi, later.lo, later.seq, later.ref)
-        )
-        return _KeyRun(hi, lo, seq, ref, ordered=True)
+        return _KeyRun(merge_columns(self.cols, later.cols), ordered=True)
 
     def first(self, hi: U64, lo: U64) -> tuple[I64, I64]:
         """For each key (hi, lo): its first entry here, as (seq, ref): the smallest seq, then
-        the earliest added; ``NOT_FOUND`` for both when absent. Several keys of one high half
-        (one in 2^64 a lookup, or a key entered twice) are walked one by one."""
-        at = np.searchsorted(self.hi, hi, side="left")
-        end = np.searchsorted(self.hi, hi, side="right")
+        the earliest added (0, 0 without them); ``NOT_FOUND`` for both when absent. Several
+        keys of one high half (one in 2^64 a lookup, or a key entered twice) are walked one
+        by one."""
+        his, los = self.cols[0], self.cols[1]
+        seqs, refs = (self.cols[2], self.cols[3]) if len(self.cols) > 2 else (None, None)
+        at = np.searchsorted(his, hi, side="left")
+        end = np.searchsorted(his, hi, side="right")
+        best = np.full(len(hi), -1, dtype=np.int64)  # the row of each key's first entry
+        one = np.flatnonzero(end - at == 1)
+        match = one[los[at[one]] == lo[one]]
+        best[match] = at[match]
+        for i in np.flatnonzero(end - at > 1).tolist():
+            rows = at[i] + np.flatnonzero(los[at[i] : end[i]] == lo[i])
+            if len(rows):
+                if seqs is not None and refs is not None:
+                    rows = rows[np.lexsort((refs[rows], seqs[rows]))]
+                best[i] = rows[0]
+        found = best >= 0
         seq = np.full(len(hi), NOT_FOUND, dtype=np.int64)
         ref = np.full(len(hi), NOT_FOUND, dtype=np.int64)
-        one = np.flatnonzero(end - at == 1)
-        match = one[self.lo[at[one]] == lo[one]]
-        seq[match], ref[match] = self.seq[at[match]], self.ref[at[match]]
-        for i in np.flatnonzero(end - at > 1).tolist():
-            rows = at[i] + np.flatnonzero(self.lo[at[i] : end[i]] == lo[i])
-            if len(rows):
-                best = rows[np.lexsort((self.ref[rows], self.seq[rows]))[0]]
-                seq[i], ref[i] = self.seq[best], self.ref[best]
+        seq[found] = 0 if seqs is None else seqs[best[found]]
+        ref[found] = 0 if refs is None else refs[best[found]]
         return seq, ref
 
 
@@ -105,7 +113,7 @@ class KeyCache:
             ids: pa.Array | None = table["doc_id"].combine_chunks()
         else:
             table = self.con.sql(engine.q("index.ids_since"), params={"since": -1}).to_arrow_table()
-            seq, ids = np.zeros(table.num_rows, dtype=np.int64), None
+            seq, ids = None, None
         if table.num_rows:
             hi = np.asarray(table["hi"].to_numpy(), dtype=np.uint64)
             self._push(hi, np.asarray(table["lo"].to_numpy(), dtype=np.uint64), seq, ids)
@@ -114,13 +122,14 @@ class KeyCache:
         self.loads += 1
         return self._runs
 
-    def _push(self, hi: U64, lo: U64, seq: I64, ids: pa.Array | None) -> None:
-        ref = np.zeros(len(hi), dtype=np.int64)
-        if ids is not None:
-            ref = np.arange(self._pooled, self._pooled + len(ids), dtype=np.int64)
+    def _push(self, hi: U64, lo: U64, seq: I64 | None, ids: pa.Array | None) -> None:
+        """A run of keys; with ``ids`` (the content space) their seqs and document ids."""
+        cols: list[npt.NDArray[Any]] = [hi, lo]
+        if ids is not None and seq is not None:
+            cols += [seq, np.arange(self._pooled, self._pooled + len(ids), dtype=np.int64)]
             self._ids.append(ids.cast(pa.string()))
             self._pooled += len(ids)
-        push_run(self._runs, _KeyRun(hi, lo, seq, ref))
+        push_run(self._runs, _KeyRun(cols))
 
     def find(self, halves: U64) -> tuple[npt.NDArray[np.bool_], pa.Array | None]:
         """Which of the keys (``halves``: (n, 2) uint64, hi and lo) the table holds, and for
@@ -182,5 +191,5 @@ class KeyCache:
     @property
     def nbytes(self) -> int:
         """Memory held: the key arrays and the document ids."""
-        arrays = sum(r.hi.nbytes + r.lo.nbytes + r.seq.nbytes + r.ref.nbytes for r in self._runs)
+        arrays = sum(c.nbytes for r in self._runs for c in r.cols)
         return int(arrays + sum(ids.nbytes for ids in self._ids))

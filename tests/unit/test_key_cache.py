@@ -127,16 +127,15 @@ def test_the_first_entry_of_a_key_wins_and_a_half_collision_is_no_match() -> Non
     high half: the slow path). A merged run answers as its parts did."""
     u64, i64 = np.uint64, np.int64
     run = _KeyRun(
-        np.array([5, 5, 5, 9], dtype=u64),
-        np.array([1, 1, 2, 1], dtype=u64),
-        np.array([7, 3, 1, 2], dtype=i64),
-        np.array([0, 1, 2, 3], dtype=i64),
+        [
+            np.array([5, 5, 5, 9], dtype=u64),
+            np.array([1, 1, 2, 1], dtype=u64),
+            np.array([7, 3, 1, 2], dtype=i64),
+            np.array([0, 1, 2, 3], dtype=i64),
+        ]
     )
     later = _KeyRun(
-        np.array([5], dtype=u64),
-        np.array([5], dtype=u64),
-        np.array([2], dtype=i64),
-        np.array([4], dtype=i64),
+        [np.array([5], dtype=u64), np.array([5], dtype=u64), *([np.array([k]) for k in (2, 4)])]
     )
     merged = run.merged(later)
     assert merged.hi.tolist() == sorted(merged.hi.tolist())
@@ -146,3 +145,8 @@ def test_the_first_entry_of_a_key_wins_and_a_half_collision_is_no_match() -> Non
     absent = np.iinfo(np.int64).max
     assert seq.tolist() == [3, 1, absent, 2, absent, 2]
     assert ref.tolist() == [1, 2, absent, 3, absent, 4]
+    # The ids space holds keys only: found or not, as one run or merged.
+    keys = _KeyRun([np.array([5, 5, 9], dtype=u64), np.array([1, 2, 1], dtype=u64)])
+    keys = keys.merged(_KeyRun([np.array([5], dtype=u64), np.array([7], dtype=u64)]))
+    seq, _ = keys.first(np.array([5, 5, 5, 9, 9], dtype=u64), np.array([7, 2, 3, 1, 2], dtype=u64))
+    assert (seq != absent).tolist() == [True, True, False, True, False]
