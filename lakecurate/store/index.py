@@ -259,18 +259,23 @@ class MembershipIndex:
             self._tier1_add("content", halves)
             self.tier2["content"].add(halves, seq, kept["id"].combine_chunks(), kept.num_rows)
         if given_ids.num_rows:
-            halves = self._id_halves(given_ids["id"])
-            if given_ids.num_rows >= BULK_ROWS:
+            cache = self.tier2["ids"]
+            bulk = given_ids.num_rows >= BULK_ROWS
+            id_halves: np.ndarray | None = None
+            if not bulk or "ids" in self.tier1 or cache.loaded:
+                id_halves = self._id_halves(given_ids["id"])
+            if bulk:
                 # DISTINCT in SQL: an id repeated within a chunk is one row
                 self._insert("index.insert_ids", given_ids, seq)
-            else:
+            elif id_halves is not None:
                 # DISTINCT: an id repeated within a chunk is one row, as in rebuild
-                rows = dict.fromkeys((hi << 64) | lo for hi, lo in halves.tolist())
+                rows = dict.fromkeys((hi << 64) | lo for hi, lo in id_halves.tolist())
                 self._append("doc_ids", [(key, seq) for key in rows])
-            self._tier1_add("ids", halves)
-            if self.tier2["ids"].loaded:
-                distinct = np.unique(halves, axis=0)
-                self.tier2["ids"].add(distinct, seq, None, len(distinct))
+            if id_halves is not None:
+                self._tier1_add("ids", id_halves)
+                if cache.loaded:
+                    distinct = np.unique(id_halves, axis=0)
+                    cache.add(distinct, seq, None, len(distinct))
         self._spent(started, "write_seconds")
 
     def _insert(self, statement: str, rows: pa.Table, seq: int) -> None:
