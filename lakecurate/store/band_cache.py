@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -31,6 +31,7 @@ import pyarrow as pa
 from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.storage import Location
+from lakecurate.store.runs import SortedRun, push_run
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 U64 = npt.NDArray[np.uint64]
@@ -38,76 +39,25 @@ I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 Rows = tuple[U64, U8, I64]
 
-MERGE_RATIO = 4
-"""A run merges into the one before it while that one is less than this many times its size:
-about log_4 of the lake's band rows runs, each element moved O(log n) times in all."""
-
 ROW_BITS = 32  # doc_seq = commit seq << ROW_BITS | row (band_index.make_doc_seq)
 
 
-class _Run:
-    """Band rows sorted by band hash."""
+class _Run(SortedRun):
+    """Band rows sorted by band hash: (hashes, bands, seqs), 17 bytes a row."""
 
-    __slots__ = ("bands", "hashes", "seqs")
+    __slots__ = ()
 
-    def __init__(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
-        if not ordered:
-            order = np.argsort(hashes)
-            hashes, bands, seqs = hashes[order], bands[order], seqs[order]
-        self.hashes: U64 = hashes
-        self.bands: U8 = bands
-        self.seqs: I64 = seqs
+    @property
+    def hashes(self) -> U64:
+        return self.cols[0]
 
-    def __len__(self) -> int:
-        return len(self.hashes)
+    @property
+    def bands(self) -> U8:
+        return self.cols[1]
 
-    def merged(self, later: _Run) -> _Run:
-        """Both runs as one, sorted (``merge_columns``): the result's 17 bytes a row are all
-        the memory a merge adds (a stable sort of the two concatenated held about 3.5 times
-        that at once, the driver's peak at 16x, issue 14)."""
-        hashes, bands, seqs = merge_columns(
-            (self.hashes, self.bands, self.seqs), (later.hashes, later.bands, later.seqs)
-        )
-        return _Run(hashes, bands, seqs, ordered=True)
-
-
-def merge_columns(
-    earlier: Sequence[npt.NDArray[Any]], later: Sequence[npt.NDArray[Any]]
-) -> list[npt.NDArray[Any]]:
-    """The columns of two runs sorted by their first column, as one run so sorted: each of
-    ``later``'s rows goes in after the equal keys of ``earlier``. No sort and no index array
-    over the whole."""
-    at = np.searchsorted(earlier[0], later[0], side="right")
-    at += np.arange(len(later[0]), dtype=at.dtype)
-    mine = np.ones(len(earlier[0]) + len(later[0]), dtype=bool)
-    mine[at] = False
-    columns = []
-    for old, new in zip(earlier, later, strict=True):
-        out = np.empty(len(mine), dtype=old.dtype)
-        out[mine] = old
-        out[at] = new
-        columns.append(out)
-    return columns
-
-
-class Mergeable(Protocol):
-    """A sorted run of a log-structured merge: this one's, or the key cache's."""
-
-    def __len__(self) -> int: ...
-
-    def merged(self: R, later: R) -> R: ...
-
-
-R = TypeVar("R", bound=Mergeable)
-
-
-def push_run(runs: list[R], run: R) -> None:
-    """Add a run; a run merges into the one before it while that one is less than
-    ``MERGE_RATIO`` times its size."""
-    runs.append(run)
-    while len(runs) > 1 and len(runs[-2]) < MERGE_RATIO * len(runs[-1]):
-        later, earlier = runs.pop(), runs.pop()
-        runs.append(earlier.merged(later))
+    @property
+    def seqs(self) -> I64:
+        return self.cols[2]
 
 
 @dataclass(frozen=True)
@@ -142,7 +92,7 @@ class Runs:
     def push(self, hashes: U64, bands: U8, seqs: I64, *, ordered: bool = False) -> None:
         """Add band rows (``ordered``: sorted by hash)."""
         if len(hashes):
-            push_run(self._runs, _Run(hashes, bands, seqs, ordered=ordered))
+            push_run(self._runs, _Run([hashes, bands, seqs], ordered=ordered))
 
     def load(self, files: SignatureFiles, seqs: Sequence[int], keep: Keep | None = None) -> None:
         """Hold exactly the band files of ``seqs``, read file by file as the index's adds did

@@ -38,6 +38,7 @@ from lakecurate.store.band_cache import (
     by_hash,
 )
 from lakecurate.store.band_shards import Shards
+from lakecurate.store.doc_cache import DocCache
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 I64 = npt.NDArray[np.int64]
@@ -226,6 +227,7 @@ class NearDedupIndex:
         if deciders and self.bands.folder is not None:
             holder = Shards(deciders, decider_silence)
         self.cache = BandCache(con, self.bands, holder)  # a chunk's candidates in the lake
+        self.docs = DocCache(con)  # those candidates' rows of minhash_docs
         self.rounds = 0  # propagation rounds of the last match, for tests and stats
         # The band rows of the last chunk matched, sorted by hash, for its add_chunk: sorting
         # them twice was a tenth of the driver's near-dedup work (issue 14).
@@ -354,6 +356,7 @@ class NearDedupIndex:
                 *self._rows_of(docs)[0], below=lo, ordered=True, source=source
             )
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
+            self.con.register("nd_lake_docs", self.docs.lake_docs(dst))
             # With decider processes, the chunk's own pairs are theirs (``docs`` may then hold
             # empty band lists: the driver did not read them, see ``reads_band_files``).
             new_src, new_dst = (
@@ -398,7 +401,13 @@ class NearDedupIndex:
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
         finally:
             self.con.unregister("nd_chunk")
-            for name in ("nd_old_cand", "nd_new_cand", "nd_old_sigs", "nd_chunk_sigs"):
+            for name in (
+                "nd_old_cand",
+                "nd_new_cand",
+                "nd_old_sigs",
+                "nd_chunk_sigs",
+                "nd_lake_docs",
+            ):
                 self.con.unregister(name)
         return result.cast(RESULT_SCHEMA)
 
@@ -519,6 +528,12 @@ class NearDedupIndex:
                 (bands or ChunkSets.of_docs(seq, _typed(docs), "bands")).store(self.bands)
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_docs"))
+            indexed = matched.filter(pc.is_valid(matched["cluster_id"]))
+            self.docs.add(
+                np.asarray(indexed["doc_seq"].to_numpy(), dtype=np.int64),
+                np.asarray(indexed["cluster_id"].to_numpy(), dtype=np.int64),
+                indexed["doc_id"].combine_chunks(),
+            )
             rows, seqs = self._rows_of(docs)
             source = BandSource(seq) if docs.num_rows else None  # the file stored above
             self.cache.add(*rows, ordered=True, docs=seqs, source=source)

@@ -3,7 +3,7 @@
 A tier-2 lookup in DuckDB is a hash join that scans the whole key table: the keys are random, so
 no zone map prunes a row group, and a chunk with one Bloom "maybe" paid for every key in the lake
 (26 ns each: 52 ms at 2 M keys, 0.5 s at 20 M, issue 14). Here a key space's rows are sorted runs
-of numpy arrays, as the band cache's are (``band_cache.push_run``: a small log-structured merge),
+of numpy arrays, as the band cache's are (``store.runs``: a small log-structured merge),
 so a chunk's lookups cost O(keys * log(lake)).
 
 The truth stays the DuckDB tables (``content_hashes``, ``doc_ids``): this is a cache of them,
@@ -24,36 +24,23 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from lakecurate import engine
-from lakecurate.store.band_cache import merge_columns, push_run
+from lakecurate.store.runs import SortedRun, StringPool, push_run
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 NOT_FOUND = np.iinfo(np.int64).max
 
 
-class _KeyRun:
+class _KeyRun(SortedRun):
     """Keys sorted by their high half (``cols``: hi, lo), and for the content space each
-    key's commit seq and ``ref``: its place in the cache's pool of document ids, so that
-    sorting and merging move no strings. The ids space needs neither: 16 bytes a key."""
+    key's commit seq and ``ref``: its document id's place in the cache's pool. The ids space
+    needs neither: 16 bytes a key."""
 
-    __slots__ = ("cols",)
-
-    def __init__(self, cols: list[npt.NDArray[Any]], *, ordered: bool = False) -> None:
-        if not ordered:
-            order = np.argsort(cols[0], kind="stable")
-            cols = [c[order] for c in cols]
-        self.cols = cols
+    __slots__ = ()
 
     @property
     def hi(self) -> U64:
         return self.cols[0]
-
-    def __len__(self) -> int:
-        return len(self.cols[0])
-
-    def merged(self, later: _KeyRun) -> _KeyRun:
-        """Both runs as one, still sorted, without a sort (``band_cache.merge_columns``)."""
-        return _KeyRun(merge_columns(self.cols, later.cols), ordered=True)
 
     def first(self, hi: U64, lo: U64) -> tuple[I64, I64]:
         """For each key (hi, lo): its first entry here, as (seq, ref): the smallest seq, then
@@ -90,8 +77,7 @@ class KeyCache:
         self.con = con
         self.space = space
         self._runs: list[_KeyRun] = []
-        self._ids: list[pa.Array] = []  # the pool of document ids, in the order they came
-        self._pooled = 0  # ids in the pool
+        self._ids = StringPool()  # the content keys' document ids
         self._loaded = False  # False: not read yet, or stale
         self._fingerprint: tuple[int, int] = (0, -1)  # (rows, largest seq) held
         self.loads = 0  # times the table was read, for tests
@@ -126,9 +112,7 @@ class KeyCache:
         """A run of keys; with ``ids`` (the content space) their seqs and document ids."""
         cols: list[npt.NDArray[Any]] = [hi, lo]
         if ids is not None and seq is not None:
-            cols += [seq, np.arange(self._pooled, self._pooled + len(ids), dtype=np.int64)]
-            self._ids.append(ids.cast(pa.string()))
-            self._pooled += len(ids)
+            cols += [seq, self._ids.add(ids)]
         push_run(self._runs, _KeyRun(cols))
 
     def find(self, halves: U64) -> tuple[npt.NDArray[np.bool_], pa.Array | None]:
@@ -147,11 +131,7 @@ class KeyCache:
         found = best_seq != NOT_FOUND
         if self.space != "content":
             return found, None
-        refs = best_ref[found]
-        if not len(refs):
-            return found, pa.array([], pa.string())
-        pool = pa.chunked_array(self._ids, pa.string())
-        return found, pool.take(pa.array(refs)).combine_chunks()
+        return found, self._ids.take(best_ref[found])
 
     def add(self, halves: U64, seq: int, ids: pa.Array | None, rows: int) -> None:
         """After the index inserted ``rows`` rows of these keys under commit ``seq`` (in the
@@ -176,7 +156,7 @@ class KeyCache:
     def forget(self) -> None:
         """Rows left the table: read it again on the next lookup."""
         self._loaded = False
-        self._runs, self._ids, self._pooled = [], [], 0
+        self._runs, self._ids = [], StringPool()
 
     @property
     def loaded(self) -> bool:
@@ -191,5 +171,4 @@ class KeyCache:
     @property
     def nbytes(self) -> int:
         """Memory held: the key arrays and the document ids."""
-        arrays = sum(c.nbytes for r in self._runs for c in r.cols)
-        return int(arrays + sum(ids.nbytes for ids in self._ids))
+        return sum(r.nbytes for r in self._runs) + self._ids.nbytes

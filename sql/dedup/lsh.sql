@@ -115,6 +115,10 @@ UNION
 SELECT DISTINCT src, dst, false
 FROM nd_new_cand;
 
+-- name: docs_entries
+-- Every indexed document: what the document cache (store.doc_cache) holds, read once per run.
+SELECT doc_seq, cluster_id, doc_id FROM minhash_docs;
+
 -- name: bands_fingerprint
 -- What the band cache checks before it answers: both are kept in DuckDB's row-group statistics,
 -- so this reads no rows however large the index.
@@ -128,11 +132,14 @@ SELECT DISTINCT dst AS doc_seq FROM nd_cand WHERE old ORDER BY 1;
 -- name: kept_pairs
 -- Rule `kept`: the chunk's lake candidates with the cluster (kept document) of each, when the
 -- index still holds that kept document (a signature file may outlive its rows).
+-- `nd_lake_docs(doc_seq, cluster_id, doc_id)`: the rows of minhash_docs of the chunk's lake
+-- candidates and of their clusters' kept documents (store.doc_cache: a join with minhash_docs
+-- itself read the whole table for each chunk).
 CREATE OR REPLACE TEMP TABLE nd_old_pairs AS
 SELECT c.src, c.dst, o.cluster_id AS rep
 FROM nd_cand c
-JOIN minhash_docs o ON o.doc_seq = c.dst
-JOIN minhash_docs k ON k.doc_seq = o.cluster_id
+JOIN nd_lake_docs o ON o.doc_seq = c.dst
+JOIN nd_lake_docs k ON k.doc_seq = o.cluster_id
 WHERE c.old;
 
 -- name: kept_groups
@@ -230,7 +237,7 @@ CREATE OR REPLACE TEMP TABLE nd_labels AS
 SELECT c.doc_seq, least(c.doc_seq, min(o.cluster_id)) AS label
 FROM nd_chunk c
 LEFT JOIN nd_edges e ON e.src = c.doc_seq AND e.old
-LEFT JOIN minhash_docs o ON o.doc_seq = e.dst
+LEFT JOIN nd_lake_docs o ON o.doc_seq = e.dst
 WHERE c.bands IS NOT NULL
 GROUP BY c.doc_seq;
 
@@ -316,7 +323,7 @@ SELECT c.doc_seq,
 FROM nd_chunk c
 LEFT JOIN nd_labels l ON l.doc_seq = c.doc_seq
 LEFT JOIN nd_chunk k ON k.doc_seq = l.label
-LEFT JOIN minhash_docs o ON o.doc_seq = l.label AND l.label < $chunk_min
+LEFT JOIN nd_lake_docs o ON o.doc_seq = l.label AND l.label < $chunk_min
 ORDER BY c.doc_seq;
 
 -- name: forget_docs_range

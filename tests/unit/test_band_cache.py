@@ -204,7 +204,7 @@ def test_a_merge_keeps_every_row_in_hash_order() -> None:
 
     def run(n: int) -> _Run:
         hashes = rng.integers(0, 50, n).astype(np.uint64)  # many equal hashes across runs
-        return _Run(hashes, rng.integers(0, 4, n).astype(np.uint8), rng.integers(0, 10**9, n))
+        return _Run([hashes, rng.integers(0, 4, n).astype(np.uint8), rng.integers(0, 10**9, n)])
 
     a, b = run(300), run(120)
     m = a.merged(b)
