@@ -21,13 +21,18 @@ def _chaos() -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("kills", [3, pytest.param(5, marks=pytest.mark.slow)])
-def test_random_kills_lose_and_double_nothing(tmp_path: Path, kills: int) -> None:
+# The default run's corpus is half the slow one's (51 chunks of 32 KiB, not 103): the kills
+# (seed 3: at 0.63, 1.18 and 0.87 s, each run resuming the last) still land long before a run
+# could finish, and the clean and final runs, most of the time, take half as long.
+@pytest.mark.parametrize(
+    ("kills", "scale"), [(3, 0.75), pytest.param(5, 1.5, marks=pytest.mark.slow)]
+)
+def test_random_kills_lose_and_double_nothing(tmp_path: Path, kills: int, scale: float) -> None:
     summary = _chaos().campaign(
         tmp_path,
         kills=kills,
         seed=3,
-        scale=1.5,
+        scale=scale,
         chunk_size="32KiB",
         max_delay=2.0,
         log=lambda _m: None,
