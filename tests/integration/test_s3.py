@@ -49,6 +49,7 @@ def test_an_s3_lake_equals_a_local_one(
     assert lake_rows(uri) == small_reference
 
 
+@pytest.mark.slow  # the default run keeps deciders on local disk (test_near_dedup.py)
 def test_decider_processes_read_the_band_files_on_s3(
     corpus: Path, tmp_path: Path, s3: S3Server
 ) -> None:
