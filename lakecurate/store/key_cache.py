@@ -45,8 +45,8 @@ class _KeyRun(SortedRun):
     def first(self, hi: U64, lo: U64) -> tuple[I64, I64]:
         """For each key (hi, lo): its first entry here, as (seq, ref): the smallest seq, then
         the earliest added (0, 0 without them); ``NOT_FOUND`` for both when absent. Several
-        keys of one high half (one in 2^64 a lookup, or a key entered twice) are walked one
-        by one."""
+        keys of one high half (one in 2^64 a lookup, or a key entered twice: an id given
+        again in a later chunk) are compared all at once."""
         his, los = self.cols[0], self.cols[1]
         seqs, refs = (self.cols[2], self.cols[3]) if len(self.cols) > 2 else (None, None)
         at = np.searchsorted(his, hi, side="left")
@@ -55,12 +55,26 @@ class _KeyRun(SortedRun):
         one = np.flatnonzero(end - at == 1)
         match = one[los[at[one]] == lo[one]]
         best[match] = at[match]
-        for i in np.flatnonzero(end - at > 1).tolist():
-            rows = at[i] + np.flatnonzero(los[at[i] : end[i]] == lo[i])
-            if len(rows):
-                if seqs is not None and refs is not None:
-                    rows = rows[np.lexsort((refs[rows], seqs[rows]))]
-                best[i] = rows[0]
+        many = np.flatnonzero(end - at > 1)
+        if len(many):  # each such needle against every row of its high half, at once
+            counts = (end - at)[many]
+            starts = np.cumsum(counts) - counts
+            rows = (
+                np.repeat(at[many], counts)
+                + np.arange(int(counts.sum()))
+                - np.repeat(starts, counts)
+            )
+            needle = np.repeat(many, counts)
+            same = los[rows] == lo[needle]
+            rows, needle = rows[same], needle[same]
+            if seqs is not None and refs is not None:
+                order = np.lexsort((refs[rows], seqs[rows], needle))
+            else:
+                order = np.argsort(needle, kind="stable")
+            rows, needle = rows[order], needle[order]
+            first = np.ones(len(needle), dtype=bool)
+            first[1:] = needle[1:] != needle[:-1]
+            best[needle[first]] = rows[first]
         found = best >= 0
         seq = np.full(len(hi), NOT_FOUND, dtype=np.int64)
         ref = np.full(len(hi), NOT_FOUND, dtype=np.int64)
