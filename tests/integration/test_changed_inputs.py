@@ -147,7 +147,9 @@ def test_removed_file_leaves_the_lake_and_its_duplicates_are_kept(tmp_path: Path
     assert _decisions(lake) == _decisions(_clean(tmp_path, [root], cfg))
 
 
-@pytest.mark.parametrize("how", ["deleted", "old backup"])
+@pytest.mark.parametrize(  # the default run keeps "old backup"
+    "how", [pytest.param("deleted", marks=pytest.mark.slow), "old backup"]
+)
 def test_stale_state_is_rebuilt_from_the_log_not_committed_on_top(tmp_path: Path, how: str) -> None:
     """D3: a missing or older state.duckdb numbered new commits below the log's watermark and
     committed every chunk a second time."""

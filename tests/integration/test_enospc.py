@@ -228,9 +228,11 @@ def test_lake_volume_full_message_then_freed(
 # -- injected ENOSPC at each write --------------------------------------------------------------
 
 INJECTED = [
-    pytest.param("staged_write:enospc:web_a_00002", id="staged-parquet"),
+    pytest.param("staged_write:enospc:web_a_00002", id="staged-parquet", marks=pytest.mark.slow),
     pytest.param("delta_write:enospc:web_a_00002", id="delta-commit"),
-    pytest.param("before_delta_commit:enospc:web_a_00002", id="after-intent"),
+    pytest.param(
+        "before_delta_commit:enospc:web_a_00002", id="after-intent", marks=pytest.mark.slow
+    ),
     pytest.param("during_state_update:enospc:web_a_00002", id="duckdb-state-update"),
 ]
 

@@ -59,8 +59,12 @@ def test_incremental_equals_batch(
     assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
-@pytest.mark.parametrize(
-    "point", ["after_delta_commit:kill:web_a_00002", "during_state_update:kill:web_a_00004"]
+@pytest.mark.parametrize(  # test_crash.py kills during the state update in the default run
+    "point",
+    [
+        "after_delta_commit:kill:web_a_00002",
+        pytest.param("during_state_update:kill:web_a_00004", marks=pytest.mark.slow),
+    ],
 )
 def test_interrupted_and_resumed_equals_clean(
     point: str, reference: Path, corpus: Path, near_cfg: Path, tmp_path: Path

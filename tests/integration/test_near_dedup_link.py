@@ -52,6 +52,7 @@ def test_every_near_duplicate_is_near_its_kept_document(reference: Path) -> None
     assert mismatched.rows[0][0] == 0
 
 
+@pytest.mark.slow  # the same config as test_near_dedup.py's case (link = "kept" is the default)
 def test_one_worker_equals_two(
     reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
 ) -> None:
@@ -60,6 +61,7 @@ def test_one_worker_equals_two(
     assert near_decisions(lake) == near_decisions(reference)
 
 
+@pytest.mark.slow  # the same config as test_near_dedup.py's case (link = "kept" is the default)
 def test_incremental_equals_batch(
     reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
 ) -> None:
@@ -70,6 +72,7 @@ def test_incremental_equals_batch(
     assert strip == [r[:1] + r[2:] for r in near_decisions(reference)]
 
 
+@pytest.mark.slow  # the same config as test_near_dedup.py's case (link = "kept" is the default)
 def test_interrupted_and_resumed_equals_clean(
     reference: Path, corpus: Path, kept_cfg: Path, tmp_path: Path
 ) -> None:

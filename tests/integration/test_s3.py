@@ -64,6 +64,7 @@ def test_decider_processes_read_the_band_files_on_s3(
     assert near_decisions(uri) == near_decisions(tmp_path / "lake")
 
 
+@pytest.mark.slow  # see docs/reliability.md: the S3 cases of the default run
 def test_the_state_is_recovered_from_the_lake(
     corpus: Path,
     small_cfg: Path,
@@ -147,6 +148,7 @@ def test_an_unreachable_store_says_what_to_check(
         Lake.open("s3://bucket/lake", state_dir=tmp_path)
 
 
+@pytest.mark.slow  # see docs/reliability.md: the S3 cases of the default run
 def test_every_command_works_on_an_s3_lake(
     corpus: Path, small_cfg: Path, s3: S3Server, tmp_path: Path
 ) -> None:
@@ -200,6 +202,7 @@ def _contents(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return sorted(((r[1], *r[3:]) for r in rows), key=repr)
 
 
+@pytest.mark.slow  # see docs/reliability.md: the S3 cases of the default run
 def test_inputs_on_s3_are_read_and_mirrored(
     corpus: Path,
     small_cfg: Path,
@@ -235,6 +238,7 @@ def test_inputs_on_s3_are_read_and_mirrored(
     assert lake_rows(lake) == lake_rows(clean)
 
 
+@pytest.mark.slow  # see docs/reliability.md: the S3 cases of the default run
 def test_verify_repairs_an_s3_lake(corpus: Path, small_cfg: Path, s3: S3Server) -> None:
     """An orphan data file (a write no commit names) and a stale staged file left on the
     bucket are found by verify and removed by --repair; the documents stay."""
