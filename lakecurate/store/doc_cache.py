@@ -86,10 +86,11 @@ class DocCache:
             return
         push_run(self._runs, _DocRun([doc_seq, cluster_id, self._ids.add(ids)]))
 
-    def _rows(self, doc_seqs: I64) -> tuple[I64, I64, I64]:
-        """(doc_seq, cluster_id, ref) of those of ``doc_seqs`` (distinct) the table holds."""
+    @staticmethod
+    def _rows(runs: list[_DocRun], doc_seqs: I64) -> tuple[I64, I64, I64]:
+        """(doc_seq, cluster_id, ref) of those of ``doc_seqs`` (distinct) ``runs`` hold."""
         out_seq, out_cluster, out_ref = [], [], []
-        for run in self._current():
+        for run in runs:
             found, cluster, ref = run.find(doc_seqs)
             out_seq.append(doc_seqs[found])
             out_cluster.append(cluster)
@@ -103,9 +104,10 @@ class DocCache:
         """``nd_lake_docs`` (:data:`SCHEMA`) for a chunk whose lake candidates are
         ``doc_seqs``: the rows of those the table holds, and of their clusters' kept documents
         (their label; ``dup_of`` names one)."""
-        seq, cluster, ref = self._rows(np.unique(np.asarray(doc_seqs, dtype=np.int64)))
+        runs = self._current()
+        seq, cluster, ref = self._rows(runs, np.unique(np.asarray(doc_seqs, dtype=np.int64)))
         kept = np.setdiff1d(cluster, seq)  # the kept documents not among the candidates
-        k_seq, k_cluster, k_ref = self._rows(kept)
+        k_seq, k_cluster, k_ref = self._rows(runs, kept)
         seq = np.concatenate([seq, k_seq])
         cluster = np.concatenate([cluster, k_cluster])
         ref = np.concatenate([ref, k_ref])
@@ -129,8 +131,3 @@ class DocCache:
         """Read the table again on the next use."""
         self._loaded = False
         self._runs, self._ids = [], StringPool()
-
-    @property
-    def nbytes(self) -> int:
-        """Memory held: the arrays and the document ids."""
-        return sum(r.nbytes for r in self._runs) + self._ids.nbytes
