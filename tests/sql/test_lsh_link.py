@@ -308,6 +308,13 @@ def test_exact_verification_matches_the_reference(link: band_index.Link) -> None
         idx.con.close()
 
 
+def _changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
+    """A signature made by hand: ``base`` with positions ``lo:hi`` replaced (``tag`` apart)."""
+    out = base.copy()
+    out[lo:hi] = tag * 1000 + np.arange(lo, hi, dtype=np.uint32)
+    return out
+
+
 def test_a_lake_cluster_whose_kept_document_is_not_a_candidate() -> None:
     """Rule ``kept`` settles a lake cluster by its kept document first; when that is not among a
     document's candidates, the candidates it has in the cluster must still give a verified edge.
@@ -319,18 +326,13 @@ def test_a_lake_cluster_whose_kept_document_is_not_a_candidate() -> None:
     bands_n = mh.layout(CFG)[0]
     a = np.arange(perm, dtype=np.uint32)
 
-    def changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
-        out = base.copy()
-        out[lo:hi] = tag * 1000 + np.arange(lo, hi, dtype=np.uint32)
-        return out
-
-    b = changed(a, 0, 10, 1)
+    b = _changed(a, 0, 10, 1)
     sigs = {
         "A": a,
         "B": b,
-        "C": changed(a, 10, 20, 2),  # 118 equal with A, 108 with B
-        "D": changed(b, 10, 40, 3),  # 88 with A (< NEED), 98 with B
-        "E": changed(a, 10, 46, 4),  # 92 with A, 82 with B
+        "C": _changed(a, 10, 20, 2),  # 118 equal with A, 108 with B
+        "D": _changed(b, 10, 40, 3),  # 88 with A (< NEED), 98 with B
+        "E": _changed(a, 10, 46, 4),  # 92 with A, 82 with B
     }
     assert sum(sigs["D"] == a) < NEED <= sum(sigs["C"] == b) and sum(sigs["E"] == b) < NEED
     unique = iter(range(10_000, 20_000))
@@ -371,13 +373,8 @@ def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int
     bands_n = mh.layout(CFG)[0]
     k = np.arange(perm, dtype=np.uint32)
 
-    def changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
-        out = base.copy()
-        out[lo:hi] = tag * 1000 + np.arange(lo, hi, dtype=np.uint32)
-        return out
-
-    sigs = {"K": k, "A": changed(k, 0, 10, 1), "C": k.copy()}
-    sigs["B"] = changed(sigs["A"], 10, 20, 2)  # 118 equal with A, 108 with K
+    sigs = {"K": k, "A": _changed(k, 0, 10, 1), "C": k.copy()}
+    sigs["B"] = _changed(sigs["A"], 10, 20, 2)  # 118 equal with A, 108 with K
     assert sum(sigs["B"] == k) >= NEED
     unique = iter(range(10_000, 20_000))
 
