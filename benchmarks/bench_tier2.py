@@ -4,16 +4,17 @@ replaced (issue 14).
 Run: /work/venv/bin/python benchmarks/bench_tier2.py [--sizes 200000 2000000 20000000]
      [--repeat 5] [--out benchmarks/results/bench_tier2.json]
 
-For each size N, a ``state.duckdb`` whose ``content_hashes`` holds N random 128-bit keys (with a
-document id and a commit seq: 20,000 keys a commit, as chunks of 32 MiB add them) is asked about
-one chunk's Bloom "maybe" keys: 1,000 content hashes, half of them in the table. Timed, with one
+For each size N, a lake state whose content index holds N random 128-bit keys (with a document
+id and a commit seq: 20,000 keys a commit, as chunks of 32 MiB add them) is asked about one
+chunk's Bloom "maybe" keys: 1,000 content hashes, half of them in the index. Timed, with one
 DuckDB thread (the driver's setting):
 
-- ``join``: the tier-2 query before the cache, a join that scans every key of the table;
+- ``join``: the tier-2 query before the cache, a join that scans every key of the DuckDB table
+  ``content_hashes`` the index was before its key files (``store.key_files``);
 - ``cache``: ``MembershipIndex.content_seen`` (tier 1 off, so every key is a maybe) answered by
-  the key cache: ``first`` includes reading the table into the cache, once per run; ``steady``
-  is every later lookup (the median of ``--repeat``), which includes the cache's check of the
-  table's row count and largest seq.
+  the key cache: ``first`` includes reading the key files into the cache, once per run;
+  ``steady`` is every later lookup (the median of ``--repeat``), which includes the cache's
+  check of the registry's key count and largest seq.
 
 Both give the same rows (checked). Also reported: the cache's memory (numpy and Arrow bytes) and
 the load average. A ratio ``join / steady`` per size; the join grows with N, the cache should not.
@@ -28,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 from common import loadavg, save
 
 from lakecurate.store.index import MembershipIndex
+from lakecurate.store.key_files import KeyFiles
 from lakecurate.store.state import StateStore
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_tier2.json"
@@ -44,16 +45,24 @@ GROUP BY m.content_hash ORDER BY 1
 """
 
 
-def fill(con: duckdb.DuckDBPyConnection, n: int) -> list[str]:
-    """N random keys (ids ``d<i>``, 20,000 a commit seq); returns 1,000 maybe keys, half
-    present."""
+def fill(state: StateStore, n: int) -> list[str]:
+    """N random keys (ids ``d<i>``, 20,000 a commit seq) in the table of the layout before and
+    in key files; returns 1,000 maybe keys, half present."""
+    con = state.con
     con.execute(
-        "INSERT INTO content_hashes "
+        "CREATE TABLE content_hashes AS "
         "SELECT (random() * 1e18)::UBIGINT::UHUGEINT * 18446744073709551616::UHUGEINT "
-        "+ (random() * 1e18)::UBIGINT, 'd' || i, i // 20000 FROM range($n) t(i)",
+        "+ (random() * 1e18)::UBIGINT AS hash, 'd' || i AS doc_id, i // 20000 AS seq "
+        "FROM range($n) t(i)",
         {"n": n},
     )
     con.execute("CHECKPOINT")
+    halves = con.sql(
+        "SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT "
+        "AS lo, seq, doc_id FROM content_hashes"
+    ).to_arrow_table()
+    with state.transaction():
+        KeyFiles(con).write("content", halves)
     present = con.execute(
         "SELECT printf('%032x', hash) FROM content_hashes USING SAMPLE 500 ROWS"
     ).fetchall()
@@ -62,9 +71,10 @@ def fill(con: duckdb.DuckDBPyConnection, n: int) -> list[str]:
 
 
 def measure(n: int, repeat: int, work: Path) -> dict[str, Any]:
-    state = StateStore.open(work / f"state-{n}.duckdb")
+    (work / str(n)).mkdir()
+    state = StateStore.open(work / str(n) / "state.duckdb")
     state.con.execute("SET threads = 1")
-    keys = fill(state.con, n)
+    keys = fill(state, n)
     joins = []
     for _ in range(repeat):
         started = time.perf_counter()

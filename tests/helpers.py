@@ -383,3 +383,18 @@ def kill_then_finish(
     after, _ = log_chunk_versions(open_table(table))
     assert {k: after[k] for k in before} == before
     return before
+
+
+def key_tables(con: Any) -> None:
+    """The membership index's keys as they are now, as TEMP tables ``content_hashes`` and
+    ``doc_ids`` on the state connection ``con`` (what readers see: ``store.key_files``)."""
+    from lakecurate.store import key_files
+
+    files = key_files.KeyFiles(con)
+    for space, name, doc_id in (("content", "content_hashes", "doc_id, "), ("ids", "doc_ids", "")):
+        con.register("key_rows", files.read(space))
+        con.execute(
+            f"CREATE OR REPLACE TEMP TABLE {name} AS "
+            f"SELECT (hi::UHUGEINT << 64) | lo AS hash, {doc_id}seq FROM key_rows"
+        )
+        con.unregister("key_rows")

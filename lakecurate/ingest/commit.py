@@ -220,8 +220,9 @@ class Committer:
             batch.append(self._decide(spec, result, rows, seq, intent_ns, sets_file, bands_file))
 
         def ahead() -> None:
-            for _, _, write in batch:
-                write()
+            with self.index.batch():  # one key file per space for the batch
+                for _, _, write in batch:
+                    write()
 
         self.state.begin_appends(
             [d.seq for _, d, _ in batch],

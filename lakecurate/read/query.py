@@ -303,9 +303,15 @@ def _copy_state(
             ) from exc
         raise LakeError(f"cannot read {source}: {exc}") from exc
     try:
-        for (name,) in con.execute(engine.q("views.source_tables")).fetchall():
+        have = {name for (name,) in con.execute(engine.q("views.source_tables")).fetchall()}
+        for name in sorted(have):
             if tables is None or name in tables:
                 con.execute(engine.q("views.copy_table").format(table=engine.quote_ident(name)))
+        from lakecurate.store.state import KEY_TABLES
+
+        wanted = [s for s, n in KEY_TABLES.items() if tables is None or n in tables]
+        if "index_files" in have and wanted:
+            _copy_key_tables(con, source, wanted)
         try:
             row = con.execute(engine.q("views.source_version")).fetchone()
         except duckdb.Error:
@@ -313,6 +319,31 @@ def _copy_state(
         return None if row is None or row[0] is None else int(row[0])
     finally:
         con.execute(engine.q("views.detach_source"))
+
+
+def _copy_key_tables(con: duckdb.DuckDBPyConnection, source: Path, spaces: list[str]) -> None:
+    """The membership index's keys (``store.key_files``) as the tables ``content_hashes`` and
+    ``doc_ids`` they were, read by DuckDB from the key files the attached ``source`` registers
+    (no Arrow: a state-only reader stays light)."""
+    from lakecurate.store.state import KEY_TABLES
+
+    folder = source.parent / "index" / "keys"  # key_files.folder_of, without its imports
+    for space in spaces:
+        name = KEY_TABLES[space]
+        listed = con.execute(engine.q("views.key_files_of_source"), {"space": space}).fetchall()
+        if not listed:
+            con.execute(engine.q(f"views.empty_{name}"))
+            continue
+        try:
+            con.execute(
+                engine.q(f"views.copy_{name}"), {"files": [str(folder / f) for (f,) in listed]}
+            )
+        except duckdb.Error as exc:
+            raise LakeError(
+                f"the membership index's key files in {folder} cannot be read "
+                f"({one_line(exc)}): run `lakecurate verify --repair` to write the index "
+                "again from the table"
+            ) from exc
 
 
 def _empty() -> pa.Table:

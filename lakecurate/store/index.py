@@ -1,8 +1,8 @@
 """The two-tier membership index: "is this document id / this content already in the lake?".
 
-Tier 2 is authoritative: DuckDB tables of 128-bit keys in ``state.duckdb`` (``doc_ids``,
-``content_hashes``), written inside the caller's state transaction so the index and the chunk
-statuses never disagree. Tier 1, when enabled, is a Bloom filter per key space in memory: a "no"
+Tier 2 is authoritative: 128-bit keys in files beside ``state.duckdb`` (``store.key_files``),
+registered inside the caller's state transaction so the index and the chunk statuses never
+disagree. Tier 1, when enabled, is a Bloom filter per key space in memory: a "no"
 from it is final, only "maybe" keys reach tier 2, whose keys a cache holds sorted in memory
 (``store.key_cache``: a join in DuckDB scanned every key of the lake for each chunk).
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,13 +23,13 @@ import pyarrow as pa
 from lakecurate import engine
 from lakecurate.store import bloom
 from lakecurate.store.key_cache import KeyCache
+from lakecurate.store.key_files import SPACES, KeyFiles
 
 TIER1_P = 0.001  # target false-positive rate of each Bloom filter
 TIER1_MIN_N = 1_000_000  # initial capacity; the filter grows as a chain beyond it
-SPACES = (("content", "index.content_since"), ("ids", "index.ids_since"))
 BULK_ROWS = 2048
-"""From this many rows on, index keys are computed and written by DuckDB over Arrow columns;
-below it in numpy and through appenders (a query's fixed cost outweighs per-row Python)."""
+"""From this many ids on, their keys are computed by DuckDB over the Arrow column; below it in
+numpy (a query's fixed cost outweighs per-row Python)."""
 
 
 def describe_filter(filt: bloom.BloomFilter | bloom.ScalableBloomFilter) -> dict[str, object]:
@@ -70,17 +71,15 @@ class MembershipIndex:
         self.stats = IndexStats()
         # Tier 1 filters by key space ("content", "ids"); absent = every key is a "maybe".
         self.tier1: dict[str, bloom.BloomFilter | bloom.ScalableBloomFilter] = {}
-        self._appenders: dict[str, duckdb.Appender] = {}  # by tier-2 table, made on first use
-        self.tier2 = {space: KeyCache(con, space) for space, _ in SPACES}
+        self.files = KeyFiles(con)
+        self._pending: dict[str, list[pa.Table]] = {space: [] for space in SPACES}
+        self._batching = False
+        self.tier2 = {space: KeyCache(self.files, space) for space in SPACES}
 
     # -- tier 1: load, verify, top up, save ------------------------------------------------
-    def _halves(self, statement: str, since: int) -> Iterator[np.ndarray]:
-        reader = self._con.sql(engine.q(statement), params={"since": since}).to_arrow_reader(
-            1_000_000
-        )
-        for batch in reader:
-            if batch.num_rows:
-                yield np.stack([batch.column(0).to_numpy(), batch.column(1).to_numpy()], axis=1)
+    def _halves(self, space: str, since: int) -> np.ndarray:
+        table = self.files.read(space, since)
+        return np.stack([table["hi"].to_numpy(), table["lo"].to_numpy()], axis=1)
 
     def watermark(self) -> int:
         """The last DONE commit seq: what a Bloom file must cover to be current."""
@@ -95,7 +94,7 @@ class MembershipIndex:
         warnings: list[str] = []
         watermark = self.watermark()
         counts = self._con.execute(engine.q("index.counts")).fetchall()[0]
-        for (space, since_statement), n in zip(SPACES, counts[:2], strict=True):
+        for space, n in zip(SPACES, counts[:2], strict=True):
             path = index_dir / f"{space}.bloom"
             filt: bloom.BloomFilter | bloom.ScalableBloomFilter | None = None
             since = -1
@@ -115,7 +114,8 @@ class MembershipIndex:
                     )
             if filt is None:
                 filt = bloom.ScalableBloomFilter(max(TIER1_MIN_N, 2 * int(n)), TIER1_P)
-            for halves in self._halves(since_statement, since):
+            halves = self._halves(space, since)
+            if len(halves):
                 filt.add_hashes(halves)
             self.tier1[space] = filt
         return warnings
@@ -230,72 +230,60 @@ class MembershipIndex:
     # -- writes (inside the caller's transaction) ------------------------------------------
     def add(self, kept: pa.Table, given_ids: pa.Table, seq: int) -> None:
         """Index a committed chunk under its commit ``seq``: ``kept`` (content_hash, id) of its
-        kept rows, ``given_ids`` (id) of every row whose id came from the source.
+        kept rows, ``given_ids`` (id) of every row whose id came from the source (an id
+        repeated within the chunk is one key, as in rebuild).
 
-        Written in the caller's transaction, so the rows commit or roll back with the chunk's
-        SUCCESS, and keyed as the SQL definitions key them (``('0x' || hex)::UHUGEINT``,
-        ``md5_number(id)``; tested). From ``BULK_ROWS`` rows on, one ``INSERT ... SELECT`` per
-        table over the Arrow columns computes the keys (appending Python tuples, with an md5
-        call per id, cost about 3 us per document: a third of the driver's work on a 25 k-row
-        chunk); below it, one DuckDB appender per table with the keys from numpy, whose flush
-        costs less than a query over a registered table at a few rows. Tier 1 takes the same
-        keys as numpy halves.
+        A key file per space, registered in the caller's transaction, so the keys commit or
+        roll back with the chunk's SUCCESS (inside :meth:`batch`, one file per space for every
+        chunk of the batch), keyed as the SQL definitions key them (``('0x' || hex)::UHUGEINT``,
+        ``md5_number(id)``; tested). Tier 1 and the key caches take the same keys.
         """
         started = time.perf_counter()
         if kept.num_rows:
-            halves = self._halves_of("index.content_keys", kept["content_hash"].to_pylist())
-            if kept.num_rows >= BULK_ROWS:
-                self._insert("index.insert_content", kept, seq)
-            else:
-                self._append(
-                    "content_hashes",
-                    [
-                        ((hi << 64) | lo, doc_id, seq)
-                        for (hi, lo), doc_id in zip(
-                            halves.tolist(), kept["id"].to_pylist(), strict=True
-                        )
-                    ],
-                )
-            self._tier1_add("content", halves)
-            self.tier2["content"].add(halves, seq, kept["id"].combine_chunks(), kept.num_rows)
+            seqs = pa.array(np.full(kept.num_rows, seq, np.int64))
+            self.add_content(kept.append_column("seq", seqs))
         if given_ids.num_rows:
-            cache = self.tier2["ids"]
-            bulk = given_ids.num_rows >= BULK_ROWS
-            id_halves: np.ndarray | None = None
-            if not bulk or "ids" in self.tier1 or cache.loaded:
-                id_halves = self._id_halves(given_ids["id"])
-            if bulk:
-                # DISTINCT in SQL: an id repeated within a chunk is one row
-                self._insert("index.insert_ids", given_ids, seq)
-            elif id_halves is not None:
-                # DISTINCT: an id repeated within a chunk is one row, as in rebuild
-                rows = dict.fromkeys((hi << 64) | lo for hi, lo in id_halves.tolist())
-                self._append("doc_ids", [(key, seq) for key in rows])
-            if id_halves is not None:
-                self._tier1_add("ids", id_halves)
-                if cache.loaded:
-                    distinct = np.unique(id_halves, axis=0)
-                    cache.add(distinct, seq, None, len(distinct))
+            distinct = np.unique(self._id_halves(given_ids["id"]), axis=0)
+            seqs = np.full(len(distinct), seq, np.int64)
+            keys = pa.table({"hi": distinct[:, 0], "lo": distinct[:, 1], "seq": seqs})
+            self._stage("ids", keys, distinct)
         self._spent(started, "write_seconds")
 
-    def _insert(self, statement: str, rows: pa.Table, seq: int) -> None:
-        self._con.register("index_rows", rows)
-        try:
-            self._con.execute(engine.q(statement), {"seq": seq})
-        finally:
-            self._con.unregister("index_rows")
+    def add_content(self, rows: pa.Table) -> None:
+        """Index ``rows`` (content_hash, id, seq) as content keys."""
+        halves = self._halves_of("index.content_keys", rows["content_hash"].to_pylist())
+        keys = pa.table(
+            {"hi": halves[:, 0], "lo": halves[:, 1], "seq": rows["seq"], "doc_id": rows["id"]}
+        )
+        self._stage("content", keys, halves)
 
-    def _append(self, table: str, rows: list[tuple[object, ...]]) -> None:
-        appender = self._appenders.get(table)
-        if appender is None:
-            appender = self._appenders[table] = self._con.appender(table)
-        appender.clear()  # nothing left over from a flush that failed
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Adds inside this block go into one key file per space, written when it ends: a
+        batch of small chunks pays one file, one fsync, not one per chunk."""
+        self._batching = True
         try:
-            appender.append_rows(rows)
-            appender.flush()
-        except BaseException:
-            appender.clear()
-            raise
+            yield
+            self._batching = False
+            self._flush()
+        finally:
+            self._batching = False
+            for parts in self._pending.values():
+                parts.clear()
+
+    def _stage(self, space: str, keys: pa.Table, halves: np.ndarray) -> None:
+        self._tier1_add(space, halves)
+        self._pending[space].append(keys)
+        if not self._batching:
+            self._flush()
+
+    def _flush(self) -> None:
+        for space, parts in self._pending.items():
+            if parts:
+                keys = pa.concat_tables(parts)
+                parts.clear()
+                self.files.write(space, keys)
+                self.tier2[space].add(keys)
 
     def _tier1_add(self, space: str, halves: np.ndarray) -> None:
         filt = self.tier1.get(space)
@@ -312,7 +300,10 @@ class MembershipIndex:
     def remove_commits(self, seqs: Sequence[int]) -> None:
         """Forget the documents of the chunks committed with ``seqs``, whose rows left the table
         (tier 1 keeps them as harmless false positives until it is rebuilt)."""
-        for statement in ("index.remove_content_of_commits", "index.remove_ids_of_commits"):
-            self._con.execute(engine.q(statement), {"seqs": list(seqs)})
+        self.files.forget(seqs)
+        self.forget()
+
+    def forget(self) -> None:
+        """The key files changed behind the caches' backs: they read them again when asked."""
         for cache in self.tier2.values():
             cache.forget()

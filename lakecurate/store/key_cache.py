@@ -6,24 +6,23 @@ no zone map prunes a row group, and a chunk with one Bloom "maybe" paid for ever
 of numpy arrays, as the band cache's are (``store.runs``: a small log-structured merge),
 so a chunk's lookups cost O(keys * log(lake)).
 
-The truth stays the DuckDB tables (``content_hashes``, ``doc_ids``): this is a cache of them,
-about 24 bytes a key plus the document id of a content key. It is read on the first lookup that
-needs it, kept up by :meth:`KeyCache.add` (the index's own inserts), and checked before every
-lookup against the table's row count and largest seq: any other change (rows forgotten, a
-transaction rolled back, a rebuilt index) makes it read the table again instead of answering
-from stale rows.
+The truth stays the key files (``store.key_files``): this is a cache of them, about 24 bytes a
+key plus the document id of a content key. It is read on the first lookup that needs it, kept
+up by :meth:`KeyCache.add` (the index's own writes), and checked before every lookup against
+the registry's key count and largest seq: any other change (keys forgotten, a transaction
+rolled back, a rebuilt index) makes it read the files again instead of answering from stale
+rows.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import duckdb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from lakecurate import engine
+from lakecurate.store.key_files import KeyFiles
 from lakecurate.store.runs import SortedRun, StringPool, push_run
 
 U64 = npt.NDArray[np.uint64]
@@ -84,11 +83,11 @@ class _KeyRun(SortedRun):
 
 
 class KeyCache:
-    """The keys of one tier-2 table on ``con`` (``space``: ``"content"``, with the document
-    id each stands for, or ``"ids"``); see the module docstring."""
+    """The keys of one space of ``files`` (``space``: ``"content"``, with the document id each
+    stands for, or ``"ids"``); see the module docstring."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, space: str) -> None:
-        self.con = con
+    def __init__(self, files: KeyFiles, space: str) -> None:
+        self.files = files
         self.space = space
         self._runs: list[_KeyRun] = []
         self._ids = StringPool()  # the content keys' document ids
@@ -97,36 +96,32 @@ class KeyCache:
         self.loads = 0  # times the table was read, for tests
 
     def _table_fingerprint(self) -> tuple[int, int]:
-        ((rows, top),) = self.con.execute(engine.q(f"index.{self.space}_fingerprint")).fetchall()
-        return int(rows), int(top)
+        return self.files.fingerprint(self.space)
 
     def _current(self) -> list[_KeyRun]:
-        """The runs, read again from the table when it changed behind the cache's back: in
-        one piece, sorted once (reading it in batches merged them: 4 s at 2 M keys)."""
+        """The runs, read again from the files when they changed behind the cache's back: in
+        one piece, sorted once (reading them in batches merged them: 4 s at 2 M keys)."""
         fingerprint = self._table_fingerprint()
         if self._loaded and fingerprint == self._fingerprint:
             return self._runs
         self.forget()
-        if self.space == "content":
-            table = self.con.sql(engine.q("index.content_entries")).to_arrow_table()
-            seq = np.asarray(table["seq"].to_numpy(), dtype=np.int64)
-            ids: pa.Array | None = table["doc_id"].combine_chunks()
-        else:
-            table = self.con.sql(engine.q("index.ids_since"), params={"since": -1}).to_arrow_table()
-            seq, ids = None, None
-        if table.num_rows:
-            hi = np.asarray(table["hi"].to_numpy(), dtype=np.uint64)
-            self._push(hi, np.asarray(table["lo"].to_numpy(), dtype=np.uint64), seq, ids)
+        self._hold(self.files.read(self.space))
         self._fingerprint = fingerprint
         self._loaded = True
         self.loads += 1
         return self._runs
 
-    def _push(self, hi: U64, lo: U64, seq: I64 | None, ids: pa.Array | None) -> None:
-        """A run of keys; with ``ids`` (the content space) their seqs and document ids."""
-        cols: list[npt.NDArray[Any]] = [hi, lo]
-        if ids is not None and seq is not None:
-            cols += [seq, self._ids.add(ids)]
+    def _hold(self, keys: pa.Table) -> None:
+        """``keys`` (hi, lo, seq[, doc_id]) as a run; the content space keeps their seqs and
+        document ids."""
+        if not keys.num_rows:
+            return
+        cols: list[npt.NDArray[Any]] = [
+            np.asarray(keys[c].to_numpy(), dtype=np.uint64) for c in ("hi", "lo")
+        ]
+        if self.space == "content":
+            seq = np.asarray(keys["seq"].to_numpy(), dtype=np.int64)
+            cols += [seq, self._ids.add(keys["doc_id"].combine_chunks())]
         push_run(self._runs, _KeyRun(cols))
 
     def find(self, halves: U64) -> tuple[npt.NDArray[np.bool_], pa.Array | None]:
@@ -147,34 +142,29 @@ class KeyCache:
             return found, None
         return found, self._ids.take(best_ref[found])
 
-    def add(self, halves: U64, seq: int, ids: pa.Array | None, rows: int) -> None:
-        """After the index inserted ``rows`` rows of these keys under commit ``seq`` (in the
-        caller's transaction): hold them too, unless the cache is stale or the table changed
-        otherwise (then the next lookup reads it again)."""
-        if not self._loaded:
+    def add(self, keys: pa.Table) -> None:
+        """After the index registered ``keys`` (hi, lo, seq[, doc_id]) in the caller's
+        transaction: hold them too, unless the cache is stale or the files changed otherwise
+        (then the next lookup reads them again)."""
+        if not self._loaded or not keys.num_rows:
             return
+        seq = np.asarray(keys["seq"].to_numpy(), dtype=np.int64)
         before = self._fingerprint
-        after = (before[0] + rows, max(before[1], seq))
+        after = (before[0] + keys.num_rows, max(before[1], int(seq.max())))
         if self._table_fingerprint() != after:
             self._loaded = False
             return
-        if len(halves):
-            self._push(
-                np.ascontiguousarray(halves[:, 0]),
-                np.ascontiguousarray(halves[:, 1]),
-                np.full(len(halves), seq, dtype=np.int64),
-                ids if self.space == "content" else None,
-            )
+        self._hold(keys)
         self._fingerprint = after
 
     def forget(self) -> None:
-        """Rows left the table: read it again on the next lookup."""
+        """Keys left the index: read it again on the next lookup."""
         self._loaded = False
         self._runs, self._ids = [], StringPool()
 
     @property
     def loaded(self) -> bool:
-        """Whether the cache holds the table (``add`` does nothing otherwise)."""
+        """Whether the cache holds the index (``add`` does nothing otherwise)."""
         return self._loaded
 
     @property

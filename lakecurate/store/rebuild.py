@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakecurate import engine
 from lakecurate.lake.delta import DeltaStore, read_history
 from lakecurate.lake.record import RESTORE, CommitRecord
+from lakecurate.store.key_files import SPACES, KeyFiles
 from lakecurate.store.state import StateStore
 
 _SPEC_FIELDS = (
@@ -118,6 +120,10 @@ def _records_at(
     return latest
 
 
+INDEX_COLUMNS = ["id", "id_given", "kept", "reason", "content_hash", "chunk_key", "dup_of"]
+"""The table's columns the membership index is derived from."""
+
+
 def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
     """Make chunk statuses, the funnel and the index agree with the table's current version."""
     ds = delta.dataset()
@@ -126,9 +132,7 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
         present = pa.table({"chunk_key": pa.array([], pa.string())})
         rows = None
     else:
-        rows = ds.to_table(
-            columns=["id", "id_given", "kept", "reason", "content_hash", "chunk_key", "dup_of"]
-        )
+        rows = ds.to_table(columns=INDEX_COLUMNS)
         present = pa.table({"chunk_key": pc.unique(rows["chunk_key"])})
     present_keys = set(present["chunk_key"].to_pylist())
     records = [
@@ -187,12 +191,10 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
                 for key, record in sorted(latest.items()):
                     if key in present_keys:
                         state.add_funnel(key, record.get("funnel", []))
-            con.execute(engine.q("state.clear_index"))
-            con.execute(engine.q("state.clear_ids"))
             if rows is not None and records:
                 con.register("table_rows", rows)
-                con.execute(engine.q("state.index_from_table"))
-                con.execute(engine.q("state.ids_from_table"))
+            _write_index(con, rows is not None and bool(records))
+            if rows is not None and records:
                 dangling = [r[0] for r in con.execute(engine.q("state.dangling_chunks")).fetchall()]
                 con.execute(engine.q("state.queue_redecide"), {"keys": dangling})
                 con.unregister("table_rows")
@@ -206,6 +208,35 @@ def resync(state: StateStore, delta: DeltaStore) -> ResyncReport:
             for name in ("present", "records", "log_commits"):
                 con.unregister(name)
     return ResyncReport(len(present_keys), absent, back, int(after[0]) - int(before[0]))
+
+
+def _write_index(con: duckdb.DuckDBPyConnection, from_table: bool) -> None:
+    """The membership index written again, in the caller's transaction: empty, or (``from_table``)
+    from the registered ``table_rows`` (``INDEX_COLUMNS`` of the table) and ``records`` (each
+    chunk's commit seq), as ``recovery.content_rows`` and ``index_writer`` index a chunk."""
+    files = KeyFiles(con)
+    for space in SPACES:
+        files.clear(space)
+        if from_table:
+            files.write(space, con.sql(engine.q(f"state.{space}_from_table")).to_arrow_table())
+
+
+def rewrite_index(state: StateStore, delta: DeltaStore) -> None:
+    """Write the membership index again from the table and the chunks' seqs in the state: for
+    a lake whose key files were lost (the index folder deleted), before anything reads them."""
+    ds = delta.dataset()
+    con = state.con
+    with state.transaction():
+        if ds is None:
+            _write_index(con, False)
+            return
+        con.register("table_rows", ds.to_table(columns=INDEX_COLUMNS))
+        con.register("records", con.sql(engine.q("state.committed_seqs")).to_arrow_table())
+        try:
+            _write_index(con, True)
+        finally:
+            con.unregister("table_rows")
+            con.unregister("records")
 
 
 def catch_up(state: StateStore, delta: DeltaStore) -> str | None:

@@ -139,13 +139,14 @@ def index_near_duplicates(state: StateStore, delta: DeltaStore) -> bool:
             with state.transaction():
                 state.con.register("index_rows", rows)
                 try:
-                    state.con.execute(
-                        engine.q("index.remove_content_of_commits"),
-                        {"seqs": state.commit_seqs(keys)},
-                    )
-                    state.con.execute(engine.q("index.content_of_committed_chunks"))
+                    seqd = state.con.sql(
+                        engine.q("index.content_of_committed_chunks")
+                    ).to_arrow_table()
                 finally:
                     state.con.unregister("index_rows")
+                index = MembershipIndex(state.con)
+                index.files.forget(state.commit_seqs(keys), "content")
+                index.add_content(seqd)
                 state.put_meta(key, value)
             return True
     state.put_meta(key, value)
@@ -238,7 +239,8 @@ def reconcile(
     staging_dir: Location,
     run_id: str,
 ) -> list[str]:
-    """Finish or abandon every open intent, then clean the staging folder; returns notes."""
+    """Finish or abandon every open intent, then clean the staging folder and the index's
+    unregistered key files; returns notes."""
     notes: list[str] = []
     watermark = delta.watermark()
     for seq, kind, keys, intent_ns, _version_before in state.open_intents():
@@ -258,6 +260,7 @@ def reconcile(
     ]
     for path in temps + committed_staged_files(staging_dir, state):
         path.delete()
+    index.files.sweep()  # key files of abandoned intents and forgotten commits
     return notes
 
 

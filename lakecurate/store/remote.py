@@ -28,7 +28,8 @@ from lakecurate.store.state import StateStore
 
 STATE_FOLDER = "_state"
 MANIFEST = "MANIFEST.json"
-WRITTEN_ONCE = "index/signatures/"
+WRITTEN_ONCE = ("index/signatures/", "index/keys/")
+"""Folders of files never changed once written (a key file's name is unique): uploaded once."""
 
 
 def _remote(paths: LakePaths) -> Location:
@@ -51,11 +52,11 @@ def save(paths: LakePaths, state: StateStore, watermark: int) -> int:
     state.checkpoint()
     remote, local = _remote(paths), pafs.LocalFileSystem()
     files = _local_files(paths)
-    have = {e.rel: e.size for e in (remote / WRITTEN_ONCE).files()}
+    have = {f"{once}{e.rel}": e.size for once in WRITTEN_ONCE for e in (remote / once).files()}
     uploaded = 0
     for path in files:
         rel, size = path.relative_to(paths.root).as_posix(), path.stat().st_size
-        if have.get(rel.removeprefix(WRITTEN_ONCE)) == size and rel.startswith(WRITTEN_ONCE):
+        if rel.startswith(WRITTEN_ONCE) and have.get(rel) == size:
             continue
         pafs.copy_files(str(path), (remote / rel).fs_path, local, remote.fs)
         uploaded += size

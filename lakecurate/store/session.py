@@ -23,7 +23,7 @@ from lakecurate.lake.paths import LakePaths
 from lakecurate.store import remote
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
-from lakecurate.store.rebuild import catch_up
+from lakecurate.store.rebuild import catch_up, rewrite_index
 from lakecurate.store.recovery import index_missing_bands, index_near_duplicates, reconcile
 from lakecurate.store.signatures import SignatureFiles
 from lakecurate.store.state import StateStore
@@ -136,6 +136,16 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )
+    if lost := session.index.files.missing():
+        # The index's truth is derived from the table: a lost key file is written again.
+        rewrite_index(state, delta)
+        session.index.forget()
+        (session.paths.index / "content.bloom").unlink(missing_ok=True)
+        (session.paths.index / "ids.bloom").unlink(missing_ok=True)
+        session.notes.append(
+            f"{len(lost)} key file(s) of the membership index were missing from "
+            f"{session.index.files.folder}: wrote the index again from the table"
+        )
     if index_near_duplicates(state, delta):
         # Its rows came with old seqs, which the Bloom file's watermark says it has.
         (session.paths.index / "content.bloom").unlink(missing_ok=True)

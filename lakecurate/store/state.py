@@ -36,6 +36,9 @@ SNAPSHOT_TABLES = (
     "commits",
     "lake_meta",
 )
+KEY_TABLES = {"content": "content_hashes", "ids": "doc_ids"}
+"""The membership index's key spaces and the tables readers see them as (``store.key_files``:
+the keys are in files; the names are those of the DuckDB tables they were)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class StateStore:
         con.execute(f"SET memory_limit = '{STATE_MEMORY_LIMIT}'")
         store = cls(con)
         store._migrate()
+        from lakecurate.store import key_files  # Arrow: not for readers of the state alone
+
+        key_files.move_out(con, key_files.folder_of(path))
         return store
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 -- content of every kept document and near duplicate in the lake (a near duplicate under the id
 -- of the kept document it is near: `recovery.content_rows`), tagged with the commit seq that
 -- added them: a Bloom file that covers seq <= W is topped up with seq > W, and a chunk's rows
--- leave by its seq.
+-- leave by its seq. The keys are in Parquet files under index/keys (`store.key_files`); the
+-- `index_files` table says which seqs of which file are in the index.
 
 -- Keys travel to Python as two UBIGINT halves (Arrow has no 128-bit integer).
 
@@ -16,59 +17,63 @@ FROM (SELECT content_hash, ('0x' || content_hash)::UHUGEINT AS k FROM candidates
 SELECT id, (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
 FROM (SELECT id, md5_number(id) AS k FROM candidates);
 
--- name: insert_content
--- `index_rows(content_hash, id)`: the kept rows of a decided chunk (index.py `add`).
-INSERT INTO content_hashes (hash, doc_id, seq)
-SELECT ('0x' || content_hash)::UHUGEINT, id, $seq FROM index_rows;
+-- name: database_path
+SELECT path FROM duckdb_databases() WHERE database_name = current_database();
 
--- name: insert_ids
--- `index_rows(id)`: every row whose id came from the source; an id repeated within a chunk is
--- one row, as in rebuild.
-INSERT INTO doc_ids (hash, seq)
-SELECT DISTINCT md5_number(id), $seq FROM index_rows;
+-- name: register_file
+-- `key_file_rows(seq, rows)`: a key file's rows per commit seq, in the caller's transaction.
+INSERT INTO index_files (space, file, seq, rows)
+SELECT $space, $file, seq, rows FROM key_file_rows;
 
--- name: content_of_committed_chunks
--- `index_rows(content_hash, id, chunk_key)` of the committed chunks `$keys` replace their rows
--- (`recovery.index_near_duplicates`, after `remove_content_of_commits`), each with its
--- chunk's commit seq.
-INSERT INTO content_hashes (hash, doc_id, seq)
-SELECT ('0x' || i.content_hash)::UHUGEINT, i.id, c.commit_seq
-FROM index_rows i JOIN chunks c ON c.chunk_key = i.chunk_key AND c.status = 'SUCCESS';
+-- name: forget_seqs
+-- A chunk's keys leave with its commit seq (`chunks.commit_seq`); its file stays until swept.
+DELETE FROM index_files WHERE space = $space AND seq IN (SELECT unnest($seqs::BIGINT[]));
 
--- name: remove_content_of_commits
--- A chunk's rows carry its commit seq (`chunks.commit_seq`): they go by it.
-DELETE FROM content_hashes WHERE seq IN (SELECT unnest($seqs::BIGINT[]));
+-- name: forget_space
+DELETE FROM index_files WHERE space = $space;
 
--- name: remove_ids_of_commits
-DELETE FROM doc_ids WHERE seq IN (SELECT unnest($seqs::BIGINT[]));
+-- name: files_fingerprint
+-- What the key cache checks before it answers: keys and largest seq, from the registry alone.
+SELECT coalesce(sum(rows), 0), coalesce(max(seq), -1) FROM index_files WHERE space = $space;
 
--- name: content_since
--- Keys added after a Bloom file's watermark (all of them when $since is -1).
-SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
-FROM content_hashes WHERE seq > $since;
+-- name: registered_files
+-- Each file holding keys of `$space` above seq `$since`, with those seqs, oldest file first.
+SELECT file, list(seq ORDER BY seq) FROM index_files
+WHERE space = $space AND seq > $since
+GROUP BY file ORDER BY min(seq), file;
 
--- name: ids_since
-SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo
-FROM doc_ids WHERE seq > $since;
+-- name: named_files
+SELECT DISTINCT file FROM index_files;
 
 -- name: counts
-SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids,
+SELECT (SELECT coalesce(sum(rows), 0) FROM index_files WHERE space = 'content') AS content,
+       (SELECT coalesce(sum(rows), 0) FROM index_files WHERE space = 'ids') AS ids,
        (SELECT coalesce(max(seq), 0) FROM commits WHERE status = 'DONE') AS watermark;
 
 -- name: tier2_sizes
-SELECT (SELECT count(*) FROM content_hashes) AS content, (SELECT count(*) FROM doc_ids) AS ids;
+SELECT (SELECT coalesce(sum(rows), 0) FROM index_files WHERE space = 'content') AS content,
+       (SELECT coalesce(sum(rows), 0) FROM index_files WHERE space = 'ids') AS ids;
 
--- name: content_entries
--- Every content key with the commit seq and the document id it stands for: what the key cache
--- (store.key_cache) holds, read once per run when a lookup first needs it.
+-- name: has_key_tables
+-- (`key_files.move_out`: the layout before kept the keys in DuckDB tables.)
+SELECT count(*) FROM information_schema.tables
+WHERE table_name = 'content_hashes' AND table_type = 'BASE TABLE';
+
+-- name: old_content
 SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo,
        seq, doc_id
-FROM content_hashes;
+FROM content_hashes ORDER BY seq;
 
--- name: content_fingerprint
--- What the key cache checks before it answers (row-group statistics, and deletion counts where
--- rows were deleted: no key is read).
-SELECT count(*), coalesce(max(seq), -1) FROM content_hashes;
+-- name: old_ids
+SELECT (hash >> 64)::UBIGINT AS hi, (hash & 18446744073709551615::UHUGEINT)::UBIGINT AS lo, seq
+FROM doc_ids ORDER BY seq;
 
--- name: ids_fingerprint
-SELECT count(*), coalesce(max(seq), -1) FROM doc_ids;
+-- name: drop_key_tables
+DROP TABLE content_hashes;
+DROP TABLE doc_ids;
+
+-- name: content_of_committed_chunks
+-- `index_rows(content_hash, id, chunk_key)` of committed chunks, each with its chunk's commit
+-- seq (`recovery.index_near_duplicates` indexes them again).
+SELECT i.content_hash, i.id, c.commit_seq AS seq
+FROM index_rows i JOIN chunks c ON c.chunk_key = i.chunk_key AND c.status = 'SUCCESS';

@@ -42,25 +42,30 @@ ON CONFLICT (chunk_key) DO UPDATE SET status = 'SUCCESS', commit_seq = excluded.
     gate_violations = excluded.gate_violations, redactions = excluded.redactions,
     run_id = excluded.run_id, last_error = NULL, traceback = NULL;
 
--- name: clear_index
-DELETE FROM content_hashes;
+-- name: committed_seqs
+-- Each committed chunk's commit seq: what `rebuild.rewrite_index` joins the table's rows with.
+SELECT chunk_key, commit_seq AS seq FROM chunks WHERE status = 'SUCCESS';
 
--- name: clear_ids
-DELETE FROM doc_ids;
-
--- name: index_from_table
+-- name: content_from_table
 -- As `recovery.content_rows` indexes a decided chunk: kept documents, and near duplicates
--- under the id of the kept document they are near.
-INSERT INTO content_hashes (hash, doc_id, seq)
-SELECT ('0x' || d.content_hash)::UHUGEINT, CASE WHEN d.kept THEN d.id ELSE d.dup_of END, r.seq
-FROM table_rows d JOIN records r USING (chunk_key)
-WHERE d.kept OR (d.reason = 'near_dup' AND d.dup_of IS NOT NULL);
+-- under the id of the kept document they are near (keys as halves, for `store.key_files`).
+SELECT (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo, seq, doc_id
+FROM (
+    SELECT ('0x' || d.content_hash)::UHUGEINT AS k, r.seq,
+           CASE WHEN d.kept THEN d.id ELSE d.dup_of END AS doc_id
+    FROM table_rows d JOIN records r USING (chunk_key)
+    WHERE d.kept OR (d.reason = 'near_dup' AND d.dup_of IS NOT NULL)
+)
+ORDER BY seq;
 
 -- name: ids_from_table
-INSERT INTO doc_ids (hash, seq)
-SELECT DISTINCT md5_number(d.id), r.seq
-FROM table_rows d JOIN records r USING (chunk_key)
-WHERE d.id_given AND (d.reason IS NULL OR d.reason NOT LIKE 'malformed:%');
+SELECT (k >> 64)::UBIGINT AS hi, (k & 18446744073709551615::UHUGEINT)::UBIGINT AS lo, seq
+FROM (
+    SELECT DISTINCT md5_number(d.id) AS k, r.seq
+    FROM table_rows d JOIN records r USING (chunk_key)
+    WHERE d.id_given AND (d.reason IS NULL OR d.reason NOT LIKE 'malformed:%')
+)
+ORDER BY seq;
 
 -- name: clear_stat_cache
 -- Forget the stat cache: the next ingest re-hashes its inputs once and finds its chunks by key.

@@ -9,10 +9,13 @@ import json
 import random
 from pathlib import Path
 
-import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakecurate import Lake
 from lakecurate.lake.paths import LakePaths
+from lakecurate.store.key_files import KeyFiles
+from lakecurate.store.state import StateStore
 
 NEAR = '[ingest]\nchunk_size = "{size}"\n[near_dedup]\nenabled = true\n'
 
@@ -113,9 +116,16 @@ def test_a_lake_indexed_before_near_duplicates_is_brought_up_once(tmp_path: Path
     assert lake.ingest([root], config=cfg).ok
     (near_hash,) = lake.sql("SELECT content_hash FROM documents WHERE id = 'a'").rows[0]
     state = LakePaths.of(tmp_path / "lake").state
-    with duckdb.connect(str(state)) as con:  # the old index: kept contents only, no rule mark
-        con.execute("DELETE FROM content_hashes WHERE hash = ('0x' || ?)::UHUGEINT", [near_hash])
-        con.execute("DELETE FROM lake_meta WHERE key = 'content_index'")
+    store = StateStore.open(state)  # the old index: kept contents only, no rule mark
+    keys = KeyFiles(store.con)
+    rows = keys.read("content")
+    hi, lo = (pa.scalar(int(near_hash[i : i + 16], 16), pa.uint64()) for i in (0, 16))
+    near = pc.and_(pc.equal(rows["hi"], hi), pc.equal(rows["lo"], lo))
+    with store.transaction():
+        keys.clear("content")
+        keys.write("content", rows.filter(pc.invert(near)))
+        store.con.execute("DELETE FROM lake_meta WHERE key = 'content_index'")
+    store.close()
     assert not lake.verify().ok  # the index misses the near duplicate
     files["copy"].write_text(copy, encoding="utf-8")
     report = lake.ingest([root])

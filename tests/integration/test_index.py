@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import lake_rows
+from helpers import key_tables, lake_rows
 
 from lakecurate import Lake
+from lakecurate.errors import LakeError
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.state import StateStore
 
@@ -63,6 +64,24 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
     state.close()
 
 
+def _first_part(corpus: Path, config_file: Path, tmp_path: Path) -> tuple[Lake, Path, list[Path]]:
+    """A lake of the corpus's first two files; returns it, the whole corpus and those files."""
+    data = tmp_path / "data"
+    shutil.copytree(corpus, data)
+    lake = Lake.open(tmp_path / "lake")
+    first = sorted(data.iterdir())[:2]
+    assert lake.ingest(first, config=config_file).ok
+    return lake, data, first
+
+
+def _clean_twin(data: Path, first: list[Path], config_file: Path, tmp_path: Path) -> Lake:
+    """The lake a clean two-step ingest (``first``, then all of ``data``) gives."""
+    twin = Lake.open(tmp_path / "twin")
+    assert twin.ingest(first, config=config_file).ok
+    assert twin.ingest([data]).ok
+    return twin
+
+
 @pytest.mark.parametrize(  # the default run keeps "flip"; `-m slow` runs the other damages
     "damage",
     [
@@ -75,12 +94,8 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
 def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
     damage: str, corpus: Path, config_file: Path, tmp_path: Path
 ) -> None:
-    data = tmp_path / "data"
-    shutil.copytree(corpus, data)
-    lake_dir = tmp_path / "lake"
-    lake = Lake.open(lake_dir)
-    first = sorted(data.iterdir())[:2]
-    assert lake.ingest(first, config=config_file).ok
+    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake_dir = lake.root
     bloom_file = lake_dir / "index" / "content.bloom"
     assert bloom_file.exists()
     raw = bytearray(bloom_file.read_bytes())
@@ -98,11 +113,8 @@ def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
     warnings = [n for n in report.notes if "content.bloom" in n]
     assert len(warnings) == 1 and "rebuilt from state.duckdb" in warnings[0]
     # exactly the lake a clean two-step ingest gives
-    twin_dir = tmp_path / "twin"
-    twin = Lake.open(twin_dir)
-    assert twin.ingest(first, config=config_file).ok
-    assert twin.ingest([data]).ok
-    assert lake_rows(lake_dir) == lake_rows(twin_dir)
+    twin = _clean_twin(data, first, config_file, tmp_path)
+    assert lake_rows(lake_dir) == lake_rows(twin.root)
     # and the rebuilt file is good again: the next run loads it without a word
     assert not [n for n in lake.ingest([data]).notes if "bloom" in n]
 
@@ -125,8 +137,8 @@ def test_keys_computed_in_numpy_equal_the_sql_definition() -> None:
 
 
 def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
-    """`add` writes through appenders with keys from numpy; they must equal what the SQL
-    definitions (and so `rebuild`) store, and roll back with the caller's transaction."""
+    """`add` writes key files with keys from numpy; they must equal what the SQL definitions
+    (and so `rebuild`) store, and roll back with the caller's transaction."""
     state = StateStore.open(tmp_path / "state.duckdb")
     index = MembershipIndex(state.con)
     hexes = ["5d41402abc4b2a76b9719d911017c592", "0" * 32, "f" * 32, "0123456789ABCDEF" * 2]
@@ -136,6 +148,7 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
     with state.transaction():
         index.add(kept, given, seq=3)
     con = state.con
+    key_tables(con)
     assert con.execute(
         "SELECT count(*) FROM content_hashes h JOIN (SELECT unnest($h) AS x, "
         "unnest($i) AS i) v ON h.hash = ('0x' || v.x)::UHUGEINT AND h.doc_id = v.i "
@@ -160,6 +173,7 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
             seq=4,
         )
         raise RuntimeError("crash before SUCCESS")
+    key_tables(con)
     assert con.execute("SELECT count(*) FROM content_hashes WHERE seq = 4").fetchall() == [(0,)]
     with state.transaction():
         index.add(
@@ -167,21 +181,26 @@ def test_index_writes_store_the_keys_sql_computes(tmp_path: Path) -> None:
             pa.table({"id": ["s"]}),
             seq=5,
         )
+    key_tables(con)
     assert con.execute("SELECT count(*) FROM content_hashes").fetchall() == [(5,)]
     assert con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
     # a chunk's rows leave by its commit seq, and only they
     with state.transaction():
         index.remove_commits([3])
+    key_tables(con)
     assert con.execute("SELECT seq FROM content_hashes").fetchall() == [(5,)]
     assert con.execute("SELECT seq FROM doc_ids").fetchall() == [(5,)]
+    # the rolled-back chunk's and the forgotten commit's files are leftovers, swept
+    assert index.files.sweep() == 4  # two spaces each
+    assert len(list(index.files.folder.iterdir())) == 2
     state.close()
 
 
 def test_a_state_of_the_layout_before_loses_the_chunk_key_columns_and_no_row(
     tmp_path: Path,
 ) -> None:
-    """Migration 004: the index rows of a state made when they carried their chunk's key keep
-    their keys and seqs, and leave by seq afterwards."""
+    """Migrations 004 and 005: the index rows of a state made when they carried their chunk's
+    key, in DuckDB tables, keep their keys and seqs in key files, and leave by seq afterwards."""
     from lakecurate import engine
     from lakecurate.store.state import SCHEMA_VERSION_KEY
 
@@ -195,6 +214,14 @@ def test_a_state_of_the_layout_before_loses_the_chunk_key_columns_and_no_row(
     con.execute("INSERT INTO doc_ids VALUES (1, 'k1', 1), (2, 'k2', 2)")
     con.close()
     state = StateStore.open(path)
+    assert state.con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'content_hashes'"
+    ).fetchall() == [(0,)]
+    key_tables(state.con)
+    assert state.con.execute("SELECT * FROM content_hashes ORDER BY seq").fetchall() == [
+        (1, "a", 1),
+        (2, "b", 2),
+    ]
     assert [c[0] for c in state.con.execute("DESCRIBE content_hashes").fetchall()] == [
         "hash",
         "doc_id",
@@ -203,15 +230,15 @@ def test_a_state_of_the_layout_before_loses_the_chunk_key_columns_and_no_row(
     assert [c[0] for c in state.con.execute("DESCRIBE doc_ids").fetchall()] == ["hash", "seq"]
     with state.transaction():
         MembershipIndex(state.con).remove_commits([1])
+    key_tables(state.con)
     assert state.con.execute("SELECT * FROM content_hashes").fetchall() == [(2, "b", 2)]
     assert state.con.execute("SELECT * FROM doc_ids").fetchall() == [(2, 2)]
     state.close()
 
 
 def test_bulk_and_row_writes_store_the_same_rows(tmp_path: Path) -> None:
-    """A chunk of BULK_ROWS rows or more is indexed by SQL over Arrow, a smaller one through
-    appenders with numpy keys: the same rows either way (repeated ids one row), and tier 1
-    given the same keys."""
+    """A chunk of BULK_ROWS ids or more is keyed by SQL over Arrow, a smaller one by numpy:
+    the same rows either way (repeated ids one row), and tier 1 given the same keys."""
     from lakecurate.store import index as index_module
 
     rng = random.Random(5)
@@ -232,6 +259,7 @@ def test_bulk_and_row_writes_store_the_same_rows(tmp_path: Path) -> None:
                 index.add(kept, given, seq=3)
         finally:
             index_module.BULK_ROWS = saved
+        key_tables(state.con)
         stored.append(
             (
                 state.con.execute("SELECT * FROM content_hashes ORDER BY ALL").fetchall(),
@@ -244,3 +272,81 @@ def test_bulk_and_row_writes_store_the_same_rows(tmp_path: Path) -> None:
     assert stored[0] == stored[1]
     assert len(stored[0][1]) == len(set(ids)) < n  # a repeated id is one row
     assert stored[0][2] == len(set(ids))
+
+
+def test_a_batch_of_chunks_writes_one_key_file_per_space(tmp_path: Path) -> None:
+    """Inside `batch` every chunk's keys go into one file per space, each under its own seq
+    (forgotten one by one later); a batch that fails writes no file at all."""
+    state = StateStore.open(tmp_path / "state.duckdb")
+    index = MembershipIndex(state.con)
+
+    def chunk(n: int) -> tuple[pa.Table, pa.Table]:
+        kept = pa.table(
+            {"content_hash": [_hex(n * 10 + i) for i in range(3)], "id": [f"{n}-0"] * 3}
+        )
+        return kept, pa.table({"id": [f"{n}-{i}" for i in range(4)]})
+
+    with state.transaction(), index.batch():
+        for seq in (1, 2, 3):
+            index.add(*chunk(seq), seq=seq)
+    names = sorted(p.name.split("-")[0] for p in index.files.folder.iterdir())
+    assert names == ["content", "ids"]
+    assert index.content_seen(pa.array([_hex(21)]))["doc_id"].to_pylist() == ["2-0"]
+    with state.transaction():
+        index.remove_commits([2])
+    assert index.content_seen(pa.array([_hex(21), _hex(31)]))["doc_id"].to_pylist() == ["3-0"]
+    assert sorted(index.ids_seen(pa.array(["1-3", "2-3", "3-3"]))["id"].to_pylist()) == [
+        "1-3",
+        "3-3",
+    ]
+    with pytest.raises(RuntimeError), state.transaction(), index.batch():
+        index.add(*chunk(4), seq=4)
+        raise RuntimeError("the batch's transaction fails")
+    assert len(list(index.files.folder.iterdir())) == 2
+    assert index.content_seen(pa.array([_hex(41)])).num_rows == 0
+    with state.transaction():
+        index.add(*chunk(5), seq=5)  # nothing of the failed batch comes with the next add
+    assert index.files.fingerprint("content") == (9, 5)  # seqs 1, 3 and 5
+    state.close()
+
+
+def test_a_lost_key_file_is_written_again_from_the_table(
+    corpus: Path, config_file: Path, tmp_path: Path
+) -> None:
+    """Tier 2's key files are derived from the table: the index folder deleted, the next
+    run writes the index again (and says so), and the lake ends as a clean one."""
+    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake_dir = lake.root
+    shutil.rmtree(lake_dir / "index")
+    report = lake.ingest([data])
+    assert report.ok
+    assert any("wrote the index again from the table" in n for n in report.notes), report.notes
+    assert lake.verify().ok
+    twin = _clean_twin(data, first, config_file, tmp_path)
+    assert lake_rows(lake_dir) == lake_rows(twin.root)
+    assert (
+        lake.sql("SELECT count(*) FROM content_hashes").rows
+        == twin.sql("SELECT count(*) FROM content_hashes").rows
+    )
+
+
+def test_a_torn_key_file_is_named_and_written_again_by_repair(
+    corpus: Path, config_file: Path, tmp_path: Path
+) -> None:
+    """A key file cut short stops the run that reads it with the file named and the way out;
+    `verify` reports it and `verify --repair` writes the index again from the table."""
+    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake_dir = lake.root
+    victim = sorted((lake_dir / "index" / "keys").glob("content-*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    (lake_dir / "index" / "content.bloom").unlink()  # rebuilt from the key files on open
+    with pytest.raises(LakeError, match=r"verify --repair") as caught:
+        lake.ingest([data])
+    assert victim.name in str(caught.value)
+    report = lake.verify()
+    assert not report.ok and any(victim.name in p for p in report.problems), report.problems
+    assert lake.verify(repair=True).ok
+    assert lake.verify().ok
+    assert lake.ingest([data]).ok
+    twin = _clean_twin(data, first, config_file, tmp_path)
+    assert lake_rows(lake_dir) == lake_rows(twin.root)

@@ -1,6 +1,6 @@
-"""Tier 2's key cache answers what a join over its DuckDB table answers, and never from stale
-rows, through random histories of adds, rolled-back adds, forgotten commits and reopens: the
-model is the table itself, asked by the SQL the cache replaced."""
+"""Tier 2's key cache answers what a join over its keys answers, and never from stale rows,
+through random histories of adds, rolled-back adds, forgotten commits and reopens: the model is
+the key files read as tables, asked by the SQL the cache replaced."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import key_tables
 
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.key_cache import _KeyRun
@@ -54,6 +55,7 @@ def _check(index: MembershipIndex, rng: random.Random) -> None:
     hashes = sorted({_hex(rng.randrange(320)) for _ in range(60)})
     ids = sorted({f"d{rng.randrange(420)}" for _ in range(60)})
     con = index._con
+    key_tables(con)
     want = con.execute(CONTENT_JOIN, {"hashes": hashes}).fetchall()
     got = index.content_seen(pa.array(hashes)).sort_by("content_hash")
     assert list(zip(*got.to_pydict().values(), strict=True)) == want
@@ -92,6 +94,7 @@ def test_the_cache_answers_what_the_join_answers_through_a_history(
         _check(index, rng)
     # Adds were held, not read again: a read only after a change the cache did not make.
     assert index.tier2["content"].loads <= changes
+    key_tables(state.con)
     assert (
         index.tier2["content"].rows
         == state.con.execute("SELECT count(*) FROM content_hashes").fetchall()[0][0]
