@@ -325,19 +325,19 @@ def _copy_key_tables(con: duckdb.DuckDBPyConnection, source: Path, spaces: list[
     """The membership index's keys (``store.key_files``) as the tables ``content_hashes`` and
     ``doc_ids`` they were, read by DuckDB from the key files the attached ``source`` registers
     (no Arrow: a state-only reader stays light)."""
-    from lakecurate.store.state import KEY_TABLES
-
     folder = source.parent / "index" / "keys"  # key_files.folder_of, without its imports
+    statements = {
+        "content": ("views.copy_content_hashes", "views.empty_content_hashes"),
+        "ids": ("views.copy_doc_ids", "views.empty_doc_ids"),
+    }
     for space in spaces:
-        name = KEY_TABLES[space]
+        copy, empty = statements[space]
         listed = con.execute(engine.q("views.key_files_of_source"), {"space": space}).fetchall()
         if not listed:
-            con.execute(engine.q(f"views.empty_{name}"))
+            con.execute(engine.q(empty))
             continue
         try:
-            con.execute(
-                engine.q(f"views.copy_{name}"), {"files": [str(folder / f) for (f,) in listed]}
-            )
+            con.execute(engine.q(copy), {"files": [str(folder / f) for (f,) in listed]})
         except duckdb.Error as exc:
             raise LakeError(
                 f"the membership index's key files in {folder} cannot be read "

@@ -32,9 +32,8 @@ import pyarrow.parquet as pq
 from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake import atomic
-from lakecurate.store.state import KEY_TABLES
 
-SPACES = tuple(KEY_TABLES)
+SPACES = ("content", "ids")  # the keys of `state.KEY_TABLES`
 
 
 def folder_of(state: str | Path) -> Path:
@@ -162,7 +161,8 @@ def move_out(con: duckdb.DuckDBPyConnection, folder: Path) -> None:
     con.begin()
     try:
         for space in SPACES:
-            files.write(space, con.sql(engine.q(f"index.old_{space}")).to_arrow_table())
+            old = engine.q({"content": "index.old_content", "ids": "index.old_ids"}[space])
+            files.write(space, con.sql(old).to_arrow_table())
         con.execute(engine.q("index.drop_key_tables"))
     except BaseException:
         con.rollback()
