@@ -139,7 +139,8 @@ def read_files(folder: Path, space: str, listed: Sequence[tuple[str, Sequence[in
     parts = []
     for name, seqs in listed:
         try:
-            table = pq.read_table(folder / name, schema=_schema(space))
+            with pq.ParquetFile(folder / name) as file:  # one small file: no dataset scanner
+                table = file.read(use_threads=False).cast(_schema(space))
         except (OSError, pa.ArrowException) as exc:
             why = "is missing" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc})"
             raise LakeError(
