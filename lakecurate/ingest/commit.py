@@ -92,6 +92,42 @@ _BATCH = "_batch"
 """A row's chunk: its place in the batch handed to ``Committer.decide`` (``commit.decide``)."""
 
 
+def _involved(narrow: pa.Table, seen_ids: pa.Table, seen_content: pa.Table) -> pa.Array | None:
+    """The rows ``apply_lake_decisions`` can change (None: all of them): those whose id or
+    content hash is repeated in the batch or seen in the lake, and the workers' exact
+    duplicates (and candidates without a content hash, which workers never stage). Every
+    other row keeps what its worker staged: a document whose id and content are its own is
+    kept, as the query keeps it. None when that would not hold: rows out of (chunk, line)
+    order, or a null id (the query's windows put null ids in one partition with every
+    row whose id is not checked)."""
+    step = np.diff(narrow[_BATCH].to_numpy()), np.diff(narrow["source_line"].to_numpy())
+    if not ((step[0] > 0) | ((step[0] == 0) & (step[1] >= 0))).all() or narrow["id"].null_count:
+        return None
+    worker_dup = pc.fill_null(pc.equal(narrow["reason"], "exact_dup"), False)
+    no_hash = pc.and_(pc.is_null(narrow["reason"]), pc.is_null(narrow["content_hash"]))
+    involved = pc.or_(worker_dup, no_hash)
+    for column, seen in (("id", seen_ids["id"]), ("content_hash", seen_content["content_hash"])):
+        values, counts = pc.value_counts(narrow[column].drop_null()).flatten()
+        repeated = pc.filter(values, pc.greater(counts, 1))
+        involved = pc.or_(involved, pc.is_in(narrow[column], repeated))
+        involved = pc.or_(involved, pc.is_in(narrow[column], seen))
+    return involved
+
+
+def _merged(narrow: pa.Table, involved: pa.Array, decided: pa.Table) -> pa.Table:
+    """``narrow`` with the query's ``kept``, ``reason`` and ``dup_of`` for the ``involved``
+    rows (``decided``: those rows, in their order)."""
+    out = narrow
+    for name in ("kept", "reason", "dup_of"):
+        column = pc.replace_with_mask(
+            narrow[name].combine_chunks(),
+            involved.combine_chunks() if isinstance(involved, pa.ChunkedArray) else involved,
+            decided[name].combine_chunks().cast(narrow.schema.field(name).type),
+        )
+        out = out.set_column(out.schema.get_field_index(name), name, column)
+    return out
+
+
 class Committer:
     """Commits staged chunks one at a time, in the order the runner hands them over."""
 
@@ -141,8 +177,13 @@ class Committer:
             .append_column(_POSITION, pa.array(np.arange(staged.num_rows, dtype=np.int64)))
             .append_column(_BATCH, pa.array(np.repeat(np.arange(len(batch)), sizes)))
         )
+        # Only the rows whose id or content repeats in the batch or is in the lake can change;
+        # the query decides those (each partition of its windows is whole among them), the
+        # rest stay as the workers staged them: the query's cost follows the duplicates, not
+        # the chunk's size.
+        involved = _involved(narrow, seen_ids, seen_content)
         con = self._scratch()
-        con.register("staged", narrow)
+        con.register("staged", narrow if involved is None else narrow.filter(involved))
         con.register("seen_ids", seen_ids)
         con.register("seen_content", seen_content)
         try:
@@ -152,6 +193,8 @@ class Committer:
         finally:
             for name in ("staged", "seen_ids", "seen_content"):
                 con.unregister(name)
+        if involved is not None:
+            rows = _merged(narrow, involved, rows)
         at = rows[_POSITION]
         for name in lists:
             rows = rows.append_column(name, staged[name].take(at))
