@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakecurate import engine
 from lakecurate.store import bloom
@@ -74,6 +75,7 @@ class MembershipIndex:
         self.files = KeyFiles(con)
         self._pending: dict[str, list[pa.Table]] = {space: [] for space in SPACES}
         self._batching = False
+        self._id_memo: tuple[pa.Array, np.ndarray] | None = None  # see `_id_halves`
         self.tier2 = {space: KeyCache(self.files, space) for space in SPACES}
 
     # -- tier 1: load, verify, top up, save ------------------------------------------------
@@ -214,18 +216,27 @@ class MembershipIndex:
     def _id_halves(self, ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """``_halves_of`` for document ids, computed by DuckDB's ``md5_number`` over the Arrow
         column (the key's own definition, ``index.id_keys``) instead of one Python md5 call
-        per id."""
+        per id. The last large call's keys are kept: a chunk's given ids are keyed for its
+        lookups, then again for its index rows."""
         if len(ids) < BULK_ROWS:  # a query's fixed cost is more than a few md5 calls
             return self._halves_of("index.id_keys", ids.to_pylist())
+        if self._id_memo is not None:
+            at = pc.index_in(ids, value_set=self._id_memo[0])
+            if at.null_count == 0:
+                picked: np.ndarray = self._id_memo[1][at.to_numpy(zero_copy_only=False)]
+                return picked
         self._con.register("candidates", pa.table({"id": ids}))
         try:
             cols = self._con.execute(engine.q("index.id_keys")).fetchnumpy()
         finally:
             self._con.unregister("candidates")
-        return np.stack(
+        halves = np.stack(
             [np.asarray(cols["hi"], dtype=np.uint64), np.asarray(cols["lo"], dtype=np.uint64)],
             axis=1,
         )
+        chunked = ids if isinstance(ids, pa.ChunkedArray) else pa.chunked_array([ids])
+        self._id_memo = (chunked.combine_chunks(), halves)
+        return halves
 
     # -- writes (inside the caller's transaction) ------------------------------------------
     def add(self, kept: pa.Table, given_ids: pa.Table, seq: int) -> None:

@@ -350,3 +350,28 @@ def test_a_torn_key_file_is_named_and_written_again_by_repair(
     assert lake.ingest([data]).ok
     twin = _clean_twin(data, first, config_file, tmp_path)
     assert lake_rows(lake_dir) == lake_rows(twin.root)
+
+
+def test_ids_keyed_for_a_lookup_are_reused_right_for_the_index_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk's given ids are keyed once for its lookups and reused for its index rows (in
+    another order, repeated, a subset): the stored keys are still md5_number of each id."""
+    from lakecurate.store import index as index_module
+
+    monkeypatch.setattr(index_module, "BULK_ROWS", 2)
+    state = StateStore.open(tmp_path / "state.duckdb")
+    index = MembershipIndex(state.con)
+    ids = [f"doc-{i}-é" for i in range(50)]
+    assert index.ids_seen(pa.array(ids)).num_rows == 0
+    given = [ids[i] for i in (7, 3, 3, 41, 0, 19)]
+    with state.transaction():
+        index.add(pa.table({"content_hash": [], "id": []}), pa.table({"id": given}), seq=1)
+    key_tables(state.con)
+    assert state.con.execute(
+        "SELECT count(*) FROM doc_ids h JOIN (SELECT DISTINCT unnest($i) AS i) v "
+        "ON h.hash = md5_number(v.i)",
+        {"i": given},
+    ).fetchall() == [(5,)]
+    assert state.con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
+    state.close()
