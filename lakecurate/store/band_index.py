@@ -184,6 +184,23 @@ def _install_common_shingles(con: duckdb.DuckDBPyConnection) -> None:
         )
 
 
+def _with_alone(result: pa.Table, alone: pa.Table) -> pa.Table:
+    """``result`` (of the documents in a candidate pair) with the documents in none: each its
+    own cluster when it has tokens (bands), as ``chunk_result`` would say, in doc_seq order."""
+    if not alone.num_rows:
+        return result
+    own = pa.table(
+        {
+            "doc_seq": alone["doc_seq"],
+            "doc_id": alone["doc_id"],
+            "cluster_id": pc.if_else(pc.is_valid(alone["bands"]), alone["doc_seq"], None),
+            "dup_of": pa.nulls(alone.num_rows, pa.string()),
+        }
+    )
+    both = pa.concat_tables([result.cast(RESULT_SCHEMA), own.cast(RESULT_SCHEMA)])
+    return both.sort_by("doc_seq")
+
+
 class NearDedupIndex:
     """The LSH band index of a lake, and the chunk-by-chunk matching against it.
 
@@ -366,6 +383,12 @@ class NearDedupIndex:
             )
             self.con.register("nd_new_cand", pa.table({"src": new_src, "dst": new_dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
+            # From here on only the documents in a candidate pair: any other is its own
+            # cluster (``_alone``), and the statements' cost follows the candidates, not the
+            # chunk's size.
+            paired = self.con.sql(engine.q("dedup.chunk_paired")).fetchnumpy()["doc_seq"]
+            alone = pc.invert(pc.is_in(docs["doc_seq"], pa.array(paired, pa.int64())))
+            self.con.register("nd_chunk", _typed(docs).filter(pc.invert(alone)))
             tested = self._tested_by_deciders(lo, sets) if kept else None
             self.con.register(
                 "nd_chunk_sigs", self._chunk_signatures(docs, lo, sets, lake=tested is None)
@@ -399,6 +422,7 @@ class NearDedupIndex:
                     break
                 self.con.execute(engine.q("dedup.swap_labels"))
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
+            result = _with_alone(result, docs.filter(alone))
         finally:
             self.con.unregister("nd_chunk")
             for name in (

@@ -375,3 +375,10 @@ ORDER BY commit_seq;
 
 -- name: clear_docs
 DELETE FROM minhash_docs;
+
+-- name: chunk_paired
+-- The chunk's documents in a candidate pair: the only ones the statements after
+-- chunk_candidates see (`nd_chunk` is narrowed to them); any other is its own cluster.
+SELECT src AS doc_seq FROM nd_cand
+UNION
+SELECT dst FROM nd_cand WHERE NOT old;
