@@ -16,8 +16,8 @@ every chunk's ``stage`` with the medians of the first and the last quarter of ch
 is noisy and the first pays for warming up; nor is the corpus uniform: the chunks holding the
 English end of the base carry most near-dedup signatures), the state file, the Bloom tier and
 the Delta table on disk (bytes, and state bytes per document: target <= 150), the near-dedup
-signature and band files (``index/signatures``, ``index/bands``, outside the state), and the
-time ratio to scale 1
+signature and band files and tier 2's key files (``index/signatures``, ``index/bands``,
+``index/keys``, outside the state), and the time ratio to scale 1
 (target: 16x input costs <= 17x the time).
 
 With ``--distinct`` the copies after the first have each line's words shuffled before they are
@@ -195,6 +195,7 @@ def run_scale(
         bloom_bytes=sum(du(p) for p in (lake / "index").glob("*.bloom")),
         signatures_bytes=du(lake / "index" / "signatures"),
         bands_bytes=du(lake / "index" / "bands"),
+        key_files_bytes=du(lake / "index" / "keys"),  # tier 2, out of state.duckdb since aabefd2
         table_bytes=du(lake / "documents"),
         loadavg_before=load,
     )
