@@ -478,6 +478,10 @@ def _verify(
                 _check_state(state, delta, cfg, SignatureFiles(paths.signatures), report)
             stale = committed_staged_files(paths.staging, state)
             report.problems += [f"staged file of a committed chunk: {p}" for p in stale]
+            report.problems += [
+                f"leftover key file (no commit names it): {p}"
+                for p in KeyFiles(state.con).leftovers()
+            ]
             _check_bloom(paths.index, state, report)
         except LakeError as exc:
             report.problems.append(one_line(exc))
@@ -543,6 +547,8 @@ def _verify(
             p.delete()
         if files:
             report.repaired.append(f"removed {len(files)} {what} file(s)")
+    if swept := KeyFiles(state.con).sweep():  # the old ones the index was written again past
+        report.repaired.append(f"removed {swept} leftover key file(s)")
     _repair_bands(state, delta, cfg, SignatureFiles(paths.signatures), report)
     # The Bloom cache, rewritten from the state as it now is.
     index = MembershipIndex(state.con)

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakecurate import engine
+from lakecurate import engine, faults
 from lakecurate.errors import LakeError
 from lakecurate.lake import atomic
 
@@ -76,6 +76,7 @@ class KeyFiles:
                 use_dictionary=["seq"],
                 write_statistics=["seq"],
             )
+        faults.hit("key_file_written", name)  # placed, not registered yet: a leftover if killed
         seqs, counts = np.unique(seq, return_counts=True)
         rows = pa.table(
             {
@@ -119,18 +120,26 @@ class KeyFiles:
         named = [f for (f,) in self.con.execute(engine.q("index.named_files")).fetchall()]
         return [f for f in named if not (self.folder / f).exists()]
 
-    def sweep(self) -> int:
-        """Delete the files no registry row names (only the lake's writer calls this: a
-        concurrent writer's new file is not registered until its transaction commits)."""
+    def leftovers(self) -> list[Path]:
+        """The key files no registry row names: a batch rolled back or killed before its
+        transaction committed, or commits forgotten since (temp files are the writers'
+        clean-up's, as under the rest of the index folder)."""
         if not self.folder.is_dir():
-            return 0
+            return []
         named = {f for (f,) in self.con.execute(engine.q("index.named_files")).fetchall()}
-        gone = 0
-        for path in self.folder.iterdir():
-            if path.name not in named and (path.suffix == ".parquet" or atomic.is_temp(path)):
-                path.unlink(missing_ok=True)
-                gone += 1
-        return gone
+        return [
+            path
+            for path in sorted(self.folder.iterdir())
+            if path.name not in named and path.suffix == ".parquet" and not atomic.is_temp(path)
+        ]
+
+    def sweep(self) -> int:
+        """Delete the ``leftovers`` (only the lake's writer calls this: a concurrent writer's
+        new file is not registered until its transaction commits)."""
+        gone = self.leftovers()
+        for path in gone:
+            path.unlink(missing_ok=True)
+        return len(gone)
 
 
 def read_files(folder: Path, space: str, listed: Sequence[tuple[str, Sequence[int]]]) -> pa.Table:
