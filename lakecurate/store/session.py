@@ -83,6 +83,8 @@ def write_session(
                 finally:
                     if bloom:
                         session.index.save_tier1(paths.index)
+                # Key files of the commits this command forgot (superseded, decided again).
+                session.index.files.sweep()
                 _copy_to_lake(session)
             except BaseException as exc:
                 # On a full disk these writes may fail too: the first error is the news.
