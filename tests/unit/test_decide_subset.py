@@ -72,7 +72,9 @@ def _decide(
     return con.sql(q, params={"exact": exact}).to_arrow_table()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(  # the default run keeps seed 0; `-m slow` runs two more
+    "seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)]
+)
 def test_deciding_the_involved_rows_equals_deciding_all(seed: int) -> None:
     rng = random.Random(seed)
     con = engine.connect(threads=1)
