@@ -34,6 +34,12 @@ def default_state_dir(uri: str) -> Path:
     return Path(base) / f"{tail}-{hashlib.sha256(uri.encode()).hexdigest()[:8]}"
 
 
+def key_folder(state: str | os.PathLike[str]) -> Path:
+    """The folder of the membership index's key files (``store.key_files``) of the state
+    database at ``state``: the ``index/keys`` folder beside it."""
+    return Path(state).parent / "index" / "keys"
+
+
 @dataclass(frozen=True)
 class LakePaths:
     """The files and folders of the lake whose local folder is ``root`` (the lake itself on

@@ -35,7 +35,7 @@ from lakecurate.errors import (
     one_line,
 )
 from lakecurate.lake.lock import reading
-from lakecurate.lake.paths import LakePaths
+from lakecurate.lake.paths import LakePaths, key_folder
 from lakecurate.lake.storage import Location
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ def _copy_key_tables(con: duckdb.DuckDBPyConnection, source: Path, spaces: list[
     """The membership index's keys (``store.key_files``) as the tables ``content_hashes`` and
     ``doc_ids`` they were, read by DuckDB from the key files the attached ``source`` registers
     (no Arrow: a state-only reader stays light)."""
-    folder = source.parent / "index" / "keys"  # key_files.folder_of, without its imports
+    folder = key_folder(source)
     statements = {
         "content": ("views.copy_content_hashes", "views.empty_content_hashes"),
         "ids": ("views.copy_doc_ids", "views.empty_doc_ids"),

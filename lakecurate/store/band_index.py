@@ -384,11 +384,11 @@ class NearDedupIndex:
             self.con.register("nd_new_cand", pa.table({"src": new_src, "dst": new_dst}))
             self.con.execute(engine.q("dedup.chunk_candidates"))
             # From here on only the documents in a candidate pair: any other is its own
-            # cluster (``_alone``), and the statements' cost follows the candidates, not the
+            # cluster (``_with_alone``), and the statements' cost follows the candidates, not the
             # chunk's size.
             paired = self.con.sql(engine.q("dedup.chunk_paired")).fetchnumpy()["doc_seq"]
-            alone = pc.invert(pc.is_in(docs["doc_seq"], pa.array(paired, pa.int64())))
-            self.con.register("nd_chunk", _typed(docs).filter(pc.invert(alone)))
+            in_pair = pc.is_in(docs["doc_seq"], pa.array(paired, pa.int64()))
+            self.con.register("nd_chunk", _typed(docs).filter(in_pair))
             tested = self._tested_by_deciders(lo, sets) if kept else None
             self.con.register(
                 "nd_chunk_sigs", self._chunk_signatures(docs, lo, sets, lake=tested is None)
@@ -422,7 +422,7 @@ class NearDedupIndex:
                     break
                 self.con.execute(engine.q("dedup.swap_labels"))
             result = self.con.sql(engine.q("dedup.chunk_result"), params=params).to_arrow_table()
-            result = _with_alone(result, docs.filter(alone))
+            result = _with_alone(result, docs.filter(pc.invert(in_pair)))
         finally:
             self.con.unregister("nd_chunk")
             for name in (

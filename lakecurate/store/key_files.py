@@ -32,13 +32,9 @@ import pyarrow.parquet as pq
 from lakecurate import engine, faults
 from lakecurate.errors import LakeError
 from lakecurate.lake import atomic
+from lakecurate.lake.paths import key_folder
 
 SPACES = ("content", "ids")  # the keys of `state.KEY_TABLES`
-
-
-def folder_of(state: str | Path) -> Path:
-    """The key files' folder of the state database at ``state``: its lake's index folder."""
-    return Path(state).parent / "index" / "keys"
 
 
 def _schema(space: str) -> pa.Schema:
@@ -55,7 +51,7 @@ class KeyFiles:
             ((path,),) = con.execute(engine.q("index.database_path")).fetchall()
             if not path:
                 raise ValueError("the membership index needs a state database on disk")
-            folder = folder_of(Path(path))
+            folder = key_folder(path)
         self.folder = folder
 
     # -- writes (inside the caller's transaction) ------------------------------------------

@@ -23,6 +23,7 @@ from lakecurate.lake.paths import LakePaths
 from lakecurate.store import remote
 from lakecurate.store.band_index import NearDedupIndex
 from lakecurate.store.index import MembershipIndex
+from lakecurate.store.key_files import SPACES
 from lakecurate.store.rebuild import catch_up, rewrite_index
 from lakecurate.store.recovery import index_missing_bands, index_near_duplicates, reconcile
 from lakecurate.store.signatures import SignatureFiles
@@ -142,8 +143,8 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
         # The index's truth is derived from the table: a lost key file is written again.
         rewrite_index(state, delta)
         session.index.forget()
-        (session.paths.index / "content.bloom").unlink(missing_ok=True)
-        (session.paths.index / "ids.bloom").unlink(missing_ok=True)
+        for space in SPACES:  # rebuilt from the keys written again
+            (session.paths.index / f"{space}.bloom").unlink(missing_ok=True)
         session.notes.append(
             f"{len(lost)} key file(s) of the membership index were missing from "
             f"{session.index.files.folder}: wrote the index again from the table"

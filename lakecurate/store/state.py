@@ -21,7 +21,7 @@ import duckdb
 
 from lakecurate import __version__, engine, faults
 from lakecurate.errors import BusyError, LakeError
-from lakecurate.lake import atomic
+from lakecurate.lake import atomic, paths
 from lakecurate.types import ChunkResult, ChunkSpec, Format, Status
 
 SCHEMA_VERSION_KEY = "schema_version"
@@ -37,6 +37,7 @@ SNAPSHOT_TABLES = (
     "lake_meta",
 )
 KEY_TABLES = {"content": "content_hashes", "ids": "doc_ids"}
+
 """The membership index's key spaces and the tables readers see them as (``store.key_files``:
 the keys are in files; the names are those of the DuckDB tables they were)."""
 
@@ -81,7 +82,7 @@ class StateStore:
         store._migrate()
         from lakecurate.store import key_files  # Arrow: not for readers of the state alone
 
-        key_files.move_out(con, key_files.folder_of(path))
+        key_files.move_out(con, paths.key_folder(path))
         return store
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from lakecurate import engine
@@ -85,7 +86,7 @@ def test_deciding_the_involved_rows_equals_deciding_all(seed: int) -> None:
         whole = _decide(con, narrow, seen_ids, seen, exact)
         involved = _involved(narrow, seen_ids, seen)
         assert involved is not None  # ordered, no null ids: the fast path applies
-        partial += not pc_all(involved)
+        partial += not pc.all(involved).as_py()
         fast = _merged(
             narrow, involved, _decide(con, narrow.filter(involved), seen_ids, seen, exact)
         )
@@ -93,10 +94,6 @@ def test_deciding_the_involved_rows_equals_deciding_all(seed: int) -> None:
             assert fast[name].to_pylist() == whole[name].to_pylist(), name
     assert partial > 50  # most batches decided only some of their rows
     con.close()
-
-
-def pc_all(mask: pa.Array) -> bool:
-    return bool(np.asarray(mask).all())
 
 
 def test_rows_out_of_line_order_are_all_decided_by_the_query() -> None:
