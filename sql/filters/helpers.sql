@@ -51,15 +51,15 @@ CREATE OR REPLACE MACRO lc_tokens(s) AS
 --     with its apostrophe as U+E000 (as "'s" above; stop words compare it as "'");
 --   anything else (and NULL: no language known): `lc_tokens`, unchanged.
 CREATE OR REPLACE MACRO lc_tokens_in(s, unit) AS
-    CASE unit
-        WHEN 'char' THEN lc_tokens(regexp_replace(s,
+    lc_tokens(CASE unit
+        WHEN 'char' THEN regexp_replace(s,
             '(\p{Han}|\p{Hiragana}|\p{Katakana}|[\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}\p{Tibetan}]\p{M}*)',
-            ' \1 ', 'g'))
-        WHEN 'elision' THEN lc_tokens(regexp_replace(s,
+            ' \1 ', 'g')
+        WHEN 'elision' THEN regexp_replace(s,
             '(^|[^\p{L}\p{M}\p{N}_])([LlDdJjMmNnSsTtCc]|[Qq]u|[Jj]usqu|[Ll]orsqu|[Pp]uisqu|[Dd]ell|[Aa]ll|[Dd]all|[Nn]ell|[Ss]ull|[Uu]n)[''’](\p{L})',
-            '\1\2' || chr(57344) || ' \3', 'g'))
-        ELSE lc_tokens(s)
-    END;
+            '\1\2' || chr(57344) || ' \3', 'g')
+        ELSE s
+    END);
 CREATE OR REPLACE MACRO lc_is_word(t) AS
     regexp_matches(t, '[^\x{0}-\x{8}\x{b}-\x{1f}!-/:-@\x{5b}-`{-\x{9f}«´»։؝-؟۔܀-܂߹࠷࠹࠽࠾।॥၊။።፧፨᙮᜵᜶។-៖៙៚᠃᠉᥄᥅᪨-᪫᭚᭛᭞᭟᭽᭾᰻᰼᱾᱿–—’“-„…‼‽⁇-⁉∶━►⸮⸼⹓⹔、。〈-」【】꓿꘎꘏꛳꛷꡶꡷꣎꣏꤯꧈꧉꩝-꩟꫰꫱꯫﹒﹖﹗！％（），．１：；？～｡\x{10a56}\x{10a57}\x{10f55}-\x{10f59}\x{10f86}-\x{10f89}\x{11047}\x{11048}\x{110be}-\x{110c1}\x{11141}-\x{11143}\x{111c5}\x{111c6}\x{111cd}\x{111de}\x{111df}\x{11238}\x{11239}\x{1123b}\x{1123c}\x{112a9}\x{1144b}\x{1144c}\x{115c2}\x{115c3}\x{115c9}-\x{115d7}\x{11641}\x{11642}\x{1173c}-\x{1173e}\x{11944}\x{11946}\x{11a42}\x{11a43}\x{11a9b}\x{11a9c}\x{11c41}\x{11c42}\x{11ef7}\x{11ef8}\x{11f43}\x{11f44}\x{16a6e}\x{16a6f}\x{16af5}\x{16b37}\x{16b38}\x{16b44}\x{16e98}\x{1bc9f}\x{1da88}]');
 -- Python's str.split(): whitespace-separated words, none for an empty or blank string.
