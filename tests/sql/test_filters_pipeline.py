@@ -112,3 +112,48 @@ def test_every_step_default_round_trips_through_toml() -> None:
 
     cfg = config.from_dict({"filters": {"steps": list(config.STEPS)}})
     assert config.from_dict(tomllib.loads(config.to_toml(cfg))).hash == cfg.hash
+
+
+def test_a_step_for_some_languages_leaves_the_next_steps_tokens_whole(tmp_path: Path) -> None:
+    """Steps in a row share one column of tokens (``pipeline._Tokens``): one whose tokens were
+    computed for its own languages only must not hand them, missing, to a step for every
+    language, nor tokens of the text before C4 edited it to the step after."""
+    spam = " ".join(["buy cheap shoes now"] * 40)
+    texts = [GOOD, spam, GOOD + "\nmenu", spam + "\nmenu"]
+    alone = {"filters": {"steps": ["gopher_repetition"]}}
+    chained = {
+        "filters": {
+            "steps": ["langid", "gopher_quality", "gopher_repetition", "c4", "fineweb"],
+            "gopher_quality": {"languages": ["fr"]},
+        },
+        "langid": {"keep": ["en", "fr"]},
+    }
+    _, want = _run(tmp_path, texts, alone)
+    _, have = _run(tmp_path, texts, chained)
+    dropped = [None, "filter:gopher_repetition", None, "filter:gopher_repetition"]
+    assert [r["reason"] for r in want] == dropped
+    assert [r["reason"] for r in have][:2] == [None, "filter:gopher_repetition"]
+    assert have[3]["reason"] == "filter:gopher_repetition"
+
+
+def test_a_step_after_c4_counts_the_words_c4_left(tmp_path: Path) -> None:
+    """The tokens of the text before C4 removed its lines are not the next step's: 58 words
+    stay of 83, under the 70 asked."""
+    kept = [
+        "The farmer walked to the old mill with his two sons today.",
+        "Their dog ran ahead of them through the wet green grass.",
+        "A cold wind came down from the hills after the noon meal.",
+        "She said that the river was higher than it had been in May.",
+        "We will bake bread for the whole village on the next day.",
+    ]
+    menu = [f"menu item {w} here now" for w in ("alpha", "beta", "gamma", "delta", "omega")]
+    lines = [x for pair in zip(kept, menu, strict=True) for x in pair]
+    data = {
+        "filters": {
+            "steps": ["gopher_repetition", "c4", "gopher_quality"],
+            "gopher_quality": {"min_doc_words": 70},
+        }
+    }
+    _, rows = _run(tmp_path, ["\n".join(lines)], data)
+    assert rows[0]["reason"] == "filter:gopher_quality"
+    assert rows[0]["detail"].startswith("gopher_quality.")

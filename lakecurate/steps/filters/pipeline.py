@@ -148,23 +148,44 @@ def _alive(k: int, step: StepConfig, out: dict[str, Any]) -> str:
     return f"{_ALIVE} AND lc_lang_in(lang, $p{k}_languages, $normalisation)"
 
 
-def _page(k: int, prev: str, call: str, alive: str = _ALIVE, toks: str = "") -> str:
-    """Step ``k``: ``call`` on the rows ``alive`` of ``prev``. With ``toks`` (the expression
-    of the text's tokens) they are computed once, as the column ``toks`` the call names: a
-    macro that names its tokens twice (FineWeb's list ratio, in its condition and its
-    detail) would otherwise inline the tokenizer's regexes twice, and RE2 compiles each
-    regex of a query once per execution (about 5 ms for one with Unicode classes: most of
-    a small chunk's time, issue 14)."""
-    if toks:
-        prev, drop = f"(SELECT *, CASE WHEN {alive} THEN {toks} END AS toks FROM {prev})", "d, toks"
-    else:
-        drop = "d"
+def _page(k: int, prev: str, call: str, alive: str = _ALIVE) -> str:
     return (
-        f"s{k} AS (SELECT * EXCLUDE ({drop}) REPLACE ("
+        f"s{k} AS (SELECT * EXCLUDE (d) REPLACE ("
         f"CASE WHEN d IS NOT NULL THEN {k - 1} ELSE f_step END AS f_step, "
         f"coalesce(f_detail, d) AS f_detail) FROM (SELECT p.*, "
         f"CASE WHEN {alive} THEN {call} END AS d FROM {prev} AS p))"
     )
+
+
+class _Tokens:
+    """The text's tokens as a column ``toks`` of the chain, computed once for the steps that
+    read them while the text and its word unit stay as they are: a macro that names its
+    tokens twice (FineWeb's list ratio, in its condition and its detail), or two steps in a
+    row, would otherwise inline the tokenizer again, and RE2 compiles each regex of a query
+    once per execution (about 5 ms for one with Unicode classes: most of a small chunk's
+    time, issue 14)."""
+
+    def __init__(self, expr: str) -> None:
+        self.expr = expr
+        self.alive: str | None = None  # the rows the column holds tokens of (None: no column)
+
+    def of(self, prev: str, alive: str) -> str:
+        """``prev`` with ``toks`` for (at least) the rows ``alive``."""
+        if self.alive in (_ALIVE, alive):
+            return prev
+        column = f"CASE WHEN {alive} THEN {self.expr} END AS toks"
+        replace = self.alive is not None
+        self.alive = alive
+        if replace:
+            return f"(SELECT * REPLACE ({column}) FROM {prev})"
+        return f"(SELECT *, {column} FROM {prev})"
+
+    def gone(self, prev: str) -> str:
+        """``prev`` without the column: the next step changes the text or its word unit."""
+        if self.alive is None:
+            return prev
+        self.alive = None
+        return f"(SELECT * EXCLUDE (toks) FROM {prev})"
 
 
 def build(cfg: FiltersConfig) -> Pipeline:
@@ -177,7 +198,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
         "'word' AS word_unit FROM normalised)"
     ]
     per_language = cfg.normalisation >= languages.FIRST_VERSION
-    toks = "lc_tokens_in(t, word_unit)" if per_language else "lc_tokens(t)"
+    tokens = _Tokens("lc_tokens_in(t, word_unit)" if per_language else "lc_tokens(t)")
     k = 0
     lang_known = False  # has language id run (so `lang` is set for every alive row)?
     for step in cfg.steps:
@@ -187,7 +208,7 @@ def build(cfg: FiltersConfig) -> Pipeline:
                 if strategy == "off":
                     continue
                 k += 1
-                prev = f"s{k - 1}"
+                prev = tokens.gone(f"s{k - 1}")
                 p.funnel_steps.append(f"pii:{kind}")
                 p.reasons.append("filter:pii")
                 p.pii_steps.append((k - 1, kind))
@@ -205,6 +226,8 @@ def build(cfg: FiltersConfig) -> Pipeline:
             continue
         k += 1
         prev = f"s{k - 1}"
+        if step.name in ("c4", "langid"):  # they edit the text, or set its word unit
+            prev = tokens.gone(prev)
         macro = STEPS[step.name]
         p.funnel_steps.append(f"filter:{step.name}")
         p.reasons.append(f"filter:{step.name}")
@@ -252,14 +275,14 @@ def build(cfg: FiltersConfig) -> Pipeline:
             lang_known = True
         elif step.name == "gopher_repetition":
             args = _args(k, step, set(), p.params, lang_known, per_language and lang_known)
-            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(toks){args})", alive, toks))
+            prev = tokens.of(prev, alive)
+            ctes.append(_page(k, prev, f"{macro}(t, lc_ngram_chars(toks){args})", alive))
         else:
             first = "json_extract_string(meta, '$.url')" if step.name == "url_blocklist" else "t"
-            tokens = step.name in ("gopher_quality", "fineweb")
-            if tokens:
-                first = "t, toks"
+            if step.name in ("gopher_quality", "fineweb"):
+                first, prev = "t, toks", tokens.of(prev, alive)
             args = _args(k, step, {"file"}, p.params, lang_known, per_language and lang_known)
-            ctes.append(_page(k, prev, f"{macro}({first}{args})", alive, toks if tokens else ""))
+            ctes.append(_page(k, prev, f"{macro}({first}{args})", alive))
     reason = " ".join(f"WHEN {i} THEN '{r}'" for i, r in enumerate(p.reasons))
     verdict = f"CASE f_step {reason} END" if p.reasons else "NULL::VARCHAR"
     counts = (
@@ -267,7 +290,8 @@ def build(cfg: FiltersConfig) -> Pipeline:
         if p.pii_steps
         else "[]::BIGINT[]"
     )
-    final = f"filtered AS (SELECT *, {verdict} AS f_reason, {counts} AS pii_n FROM s{k})"
+    last = tokens.gone(f"s{k}")
+    final = f"filtered AS (SELECT *, {verdict} AS f_reason, {counts} AS pii_n FROM {last})"
     p.sql = ", ".join([*ctes, final])
     return p
 
