@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,9 +17,11 @@ from lakecurate.lake.record import SUPERSEDE, CommitRecord
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pytest
     from deltalake import DeltaTable
 
     from lakecurate.store.band_index import NearDedupIndex
+    from lakecurate.store.band_shards import Shards
     from lakecurate.types import ChunkResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,3 +401,27 @@ def key_tables(con: Any) -> None:
             f"SELECT (hi::UHUGEINT << 64) | lo AS hash, {doc_id}seq FROM key_rows"
         )
         con.unregister("key_rows")
+
+
+def held_in(request: pytest.FixtureRequest) -> Iterator[Shards | None]:
+    """A fixture's body for where a cache holds its rows: ``"driver"`` (None: the test's
+    process), or ``"N deciders"`` (N real decider processes, stopped after the test)."""
+    from lakecurate.store.band_shards import Shards
+
+    if request.param == "driver":
+        yield None
+        return
+    shards = Shards(int(str(request.param).split()[0]))
+    try:
+        yield shards
+    finally:
+        shards.close()
+
+
+def kill_decider(shards: Shards, shard: int) -> None:
+    """SIGKILL one decider process and wait until it is gone."""
+    import signal
+
+    proc = shards._procs[shard]
+    os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    proc.join()

@@ -83,6 +83,8 @@ class Runs:
     holds the cache's rows, here in the driver's memory (``store.band_shards`` holds them in
     other processes, partitioned by hash, behind the same methods)."""
 
+    generation = 0  # nothing here is lost behind the cache's back
+
     def __init__(self) -> None:
         self._runs: list[_Run] = []
 
@@ -150,6 +152,12 @@ Keep = Callable[[Rows], Rows]
 
 class Holder(Protocol):
     """Where the cache's band rows are held: ``Runs`` here, or ``band_shards.Shards``."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the holder lost what it held (a decider process died, perhaps
+        while another cache asked it)."""
+        ...
 
     def clear(self) -> None: ...
 
@@ -236,6 +244,7 @@ class BandCache:
         self._loaded = False  # False: not loaded, or stale
         self._commit_seqs: set[int] = set()  # commit seqs with rows here
         self._fingerprint: tuple[int, int] = (0, -1)  # (rows, largest doc_seq) cached
+        self._generation = -1  # the holder's generation the rows were given to
         self.loads = 0  # full loads from the table, for tests
 
     def _table_fingerprint(self) -> tuple[int, int]:
@@ -245,13 +254,15 @@ class BandCache:
     def _current(self) -> Holder:
         """The holder, reloaded from the files when the index changed behind the cache's back."""
         fingerprint = self._table_fingerprint()
-        if self._loaded and fingerprint == self._fingerprint:
+        current = self.holder.generation == self._generation
+        if self._loaded and fingerprint == self._fingerprint and current:
             return self.holder
         self._loaded = False
         indexed = [
             int(seq) for (seq,) in self.con.execute(engine.q("dedup.indexed_seqs")).fetchall()
         ]
         self.holder.load(self.files, indexed)
+        self._generation = self.holder.generation
         self._commit_seqs = set(indexed)
         self._fingerprint = fingerprint
         self._loaded = True
@@ -326,7 +337,8 @@ class BandCache:
             before[0] + len(docs),
             max(before[1], int(docs[-1]) if len(docs) else -1),
         )
-        if new & self._commit_seqs or self._table_fingerprint() != after:
+        lost = self.holder.generation != self._generation
+        if new & self._commit_seqs or self._table_fingerprint() != after or lost:
             self._loaded = False
             return
         self._loaded = False  # until the rows are in: a holder that fails reloads next time

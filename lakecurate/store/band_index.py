@@ -221,7 +221,7 @@ class NearDedupIndex:
         con: duckdb.DuckDBPyConnection,
         cfg: NearDedupConfig,
         signatures: SignatureFiles | None = None,
-        deciders: int = 0,
+        deciders: int | Shards = 0,
         decider_silence: float = 60.0,
     ) -> None:
         """``cfg.link`` is the clustering rule (docs/near-dedup.md): ``"any"`` (lakes made before
@@ -241,7 +241,9 @@ class NearDedupIndex:
         self.signatures = signatures if signatures is not None else SignatureFiles(None)
         self.bands = self.signatures.bands()  # the band index itself: one file per commit
         holder = None
-        if deciders and self.bands.folder is not None:
+        if isinstance(deciders, Shards):  # a write session's, shared with the key caches
+            holder = deciders
+        elif deciders and self.bands.folder is not None:
             holder = Shards(deciders, decider_silence)
         self.cache = BandCache(con, self.bands, holder)  # a chunk's candidates in the lake
         self.docs = DocCache(con)  # those candidates' rows of minhash_docs
@@ -256,7 +258,7 @@ class NearDedupIndex:
         con: duckdb.DuckDBPyConnection,
         cfg: Config,
         signatures: SignatureFiles,
-        deciders: int = 0,
+        deciders: int | Shards = 0,
     ) -> NearDedupIndex:
         """The band index with the lake config's ``[near_dedup]`` settings, its tables made
         (``deciders``: as ``__init__`` takes them; a write session's, ``[ingest] deciders``)."""

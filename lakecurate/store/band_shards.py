@@ -1,4 +1,5 @@
-"""The band index's runs held by decider processes, partitioned by band hash (issue 14).
+"""The band index's runs, and tier 2's keys, held by decider processes, partitioned by hash
+(issue 14).
 
 The band cache (``store.band_cache``) is the one part of the driver that grows with the lake:
 about 17 bytes per band row, 16 rows per document with tokens, merged as it grows. With
@@ -14,6 +15,12 @@ files again (``band_cache.HolderLostError``; ``BandCache`` does it once per look
 does a shard that falls silent at work (frozen: no beat for ``[ingest] heartbeat_timeout``).
 Shards read the band files themselves, so a reload costs the driver no bytes. They stop with
 the session, and on their own when the driver is gone (their pipe closes).
+
+The same processes hold the membership index's keys (``store.key_cache``, a ``KeyHolder``):
+shard ``i`` the keys whose high half is ``i`` modulo K, read from the key files by the shard
+itself (at a load, and each new file at an add); a lookup sends each shard its part of the
+keys the Bloom filter could not rule out. Shards that died lose both; ``generation`` tells
+each cache so, and each gives them its rows again.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ from lakecurate.store.band_cache import (
     by_hash,
     chunk_pairs,
 )
+from lakecurate.store.key_cache import KeyRuns, Listed
+from lakecurate.store.key_files import read_files
 from lakecurate.store.signatures import ChunkSets, SignatureFiles
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
@@ -59,6 +68,12 @@ def part(rows: Rows, shard: int, shards: int) -> Rows:
     hashes, bands, seqs = rows
     mine = hashes % np.uint64(shards) == np.uint64(shard)
     return hashes[mine], bands[mine], seqs[mine]
+
+
+def _my_keys(keys: pa.Table, shard: int, shards: int) -> pa.Table:
+    """The keys of ``shard`` (high half modulo ``shards``)."""
+    hi = np.asarray(keys["hi"].to_numpy(), dtype=np.uint64)
+    return keys.filter(pa.array(hi % np.uint64(shards) == np.uint64(shard)))
 
 
 def _near(
@@ -78,6 +93,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
     it works on a request a thread beats every ``BEAT_SECONDS``: a shard frozen (stopped, or
     stuck in C) falls silent, and the driver kills it."""
     runs = Runs()
+    keys: dict[str, KeyRuns] = {}  # tier 2's keys of this shard, by space
     lock, working = threading.Lock(), threading.Event()
 
     def keep(rows: Rows) -> Rows:
@@ -129,6 +145,19 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 out = chunk_pairs(keep(source.rows(SignatureFiles(Path(folder), column))))
             elif op == "near":  # pairs of a chunk's documents and earlier ones: which are near
                 out = _near(*args)
+            elif op == "keys_load":  # exactly the registry's keys of a space: this shard's
+                folder, space, listed = args
+                keys[space] = KeyRuns(space)
+                keys[space].hold(_my_keys(read_files(Path(folder), space, listed), shard, shards))
+            elif op == "keys_add":  # a new key file: this shard's part of it
+                folder, space, listed = args
+                held = keys.setdefault(space, KeyRuns(space))
+                held.hold(_my_keys(read_files(Path(folder), space, listed), shard, shards))
+            elif op == "keys_find":
+                space, hi, lo = args
+                out = keys.setdefault(space, KeyRuns(space)).find(hi, lo)
+            elif op == "keys_held":
+                out = len(keys[args[0]]) if args[0] in keys else 0
             elif op == "rows":
                 out = len(runs)
             elif op == "usage":  # CPU seconds, peak RSS in KiB (Linux)
@@ -165,6 +194,7 @@ class Shards:
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._conns: list[multiprocessing.connection.Connection] = []
         self.starts = 0  # times the shards were (re)started, for tests
+        self.generation = 0  # one more each time the shards lost what they held
         # Of the shards stopped so far, for benchmarks: their CPU time, the largest peak RSS.
         self.cpu_seconds = 0.0
         self.peak_rss_kib = 0
@@ -203,9 +233,9 @@ class Shards:
             self._kill()  # the others too: their pipes may hold answers nobody will read
             why = str(exc) if isinstance(exc, TimeoutError) else type(exc).__name__
             raise HolderLostError(
-                f"a decider process holding part of the near-dedup band index stopped "
+                f"a decider process holding part of the lake's index stopped "
                 f"({', '.join(dead) or why}); it is started again and reads its part of the "
-                "band files again"
+                "index files again"
             ) from exc
         errors = [value for kind, value in answers if kind != "ok"]
         if errors:
@@ -275,8 +305,40 @@ class Shards:
     def __len__(self) -> int:
         return int(sum(self._ask([("rows", ())] * self.count)))
 
+    # -- tier 2's keys (``key_cache.KeyHolder``) ----------------------------------------------
+    def keys_load(self, folder: Path, space: str, listed: Listed) -> None:
+        listed = [(name, [int(s) for s in seqs]) for name, seqs in listed]
+        self._ask([("keys_load", (str(folder), space, listed))] * self.count)
+
+    def keys_add(self, folder: Path, space: str, listed: Listed, keys: pa.Table) -> None:
+        listed = [(name, [int(s) for s in seqs]) for name, seqs in listed]
+        self._ask([("keys_add", (str(folder), space, listed))] * self.count)
+
+    def keys_find(
+        self, space: str, hi: U64, lo: U64
+    ) -> tuple[npt.NDArray[np.bool_], pa.Array | None]:
+        """Each key asked of its shard; the answers put back in the keys' order."""
+        shard = (hi % np.uint64(self.count)).astype(np.int64)
+        picks = [np.flatnonzero(shard == i) for i in range(self.count)]
+        answers = self._ask([("keys_find", (space, hi[at], lo[at])) for at in picks])
+        found = np.zeros(len(hi), dtype=bool)
+        for at, (mine, _) in zip(picks, answers, strict=True):
+            found[at[mine]] = True
+        if space != "content":
+            return found, None
+        # Each shard's document ids are in the order of its found keys: put them in the order
+        # of all the found keys.
+        where = np.concatenate([at[mine] for at, (mine, _) in zip(picks, answers, strict=True)])
+        ids = pa.concat_arrays([a for _, a in answers]) if answers else pa.array([], pa.string())
+        return found, ids.take(pa.array(np.argsort(where, kind="stable")))
+
+    def keys_held(self, space: str) -> int:
+        return int(sum(self._ask([("keys_held", (space,))] * self.count)))
+
     def _kill(self) -> None:
         """Kill every shard at once, without a word to any (after one was lost)."""
+        if self._procs:
+            self.generation += 1
         for proc in self._procs:
             if proc.is_alive():
                 proc.kill()

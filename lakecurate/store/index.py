@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 
 from lakecurate import engine
 from lakecurate.store import bloom
-from lakecurate.store.key_cache import KeyCache
+from lakecurate.store.key_cache import KeyCache, KeyHolder
 from lakecurate.store.key_files import SPACES, KeyFiles
 
 TIER1_P = 0.001  # target false-positive rate of each Bloom filter
@@ -77,6 +77,10 @@ class MembershipIndex:
         self._batching = False
         self._id_memo: tuple[pa.Array, np.ndarray] | None = None  # see `_id_halves`
         self.tier2 = {space: KeyCache(self.files, space) for space in SPACES}
+
+    def hold_keys_in(self, holder: KeyHolder) -> None:
+        """Tier 2's key caches hold their keys in ``holder`` (decider processes) from now on."""
+        self.tier2 = {space: KeyCache(self.files, space, holder) for space in SPACES}
 
     # -- tier 1: load, verify, top up, save ------------------------------------------------
     def _halves(self, space: str, since: int) -> np.ndarray:
@@ -293,8 +297,7 @@ class MembershipIndex:
             if parts:
                 keys = pa.concat_tables(parts)
                 parts.clear()
-                self.files.write(space, keys)
-                self.tier2[space].add(keys)
+                self.tier2[space].add(keys, self.files.write(space, keys))
 
     def _tier1_add(self, space: str, halves: np.ndarray) -> None:
         filt = self.tier1.get(space)

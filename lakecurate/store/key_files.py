@@ -55,11 +55,11 @@ class KeyFiles:
         self.folder = folder
 
     # -- writes (inside the caller's transaction) ------------------------------------------
-    def write(self, space: str, keys: pa.Table) -> None:
+    def write(self, space: str, keys: pa.Table) -> str:
         """Index ``keys`` (hi, lo, seq[, doc_id]) under their seqs: one new file, one registry
-        row per seq."""
+        row per seq; returns the file's name ("" for no keys)."""
         if not keys.num_rows:
-            return
+            return ""
         table = keys.select(_schema(space).names).cast(_schema(space))
         seq = table["seq"].to_numpy()
         name = f"{space}-{int(seq.min()):08d}-{uuid.uuid4().hex[:12]}.parquet"
@@ -85,6 +85,7 @@ class KeyFiles:
             self.con.execute(engine.q("index.register_file"), {"space": space, "file": name})
         finally:
             self.con.unregister("key_file_rows")
+        return name
 
     def forget(self, seqs: Sequence[int], space: str | None = None) -> None:
         """The commits ``seqs`` leave the index (of ``space``, or of both)."""
@@ -103,13 +104,20 @@ class KeyFiles:
         ).fetchall()
         return int(rows), int(top)
 
+    def listed(self, space: str, since: int = -1) -> list[tuple[str, list[int]]]:
+        """The files of ``space`` with keys of a seq above ``since``, in the order they were
+        written, and those seqs of each."""
+        return [
+            (name, list(seqs))
+            for name, seqs in self.con.execute(
+                engine.q("index.registered_files"), {"space": space, "since": since}
+            ).fetchall()
+        ]
+
     def read(self, space: str, since: int = -1) -> pa.Table:
         """The keys of ``space`` with a seq above ``since`` (hi, lo, seq[, doc_id]), file by
         file in the order they were written."""
-        listed = self.con.execute(
-            engine.q("index.registered_files"), {"space": space, "since": since}
-        ).fetchall()
-        return read_files(self.folder, space, listed)
+        return read_files(self.folder, space, self.listed(space, since))
 
     def missing(self) -> list[str]:
         """The registered files that are not there (the index folder deleted, a file lost)."""

@@ -22,6 +22,7 @@ from lakecurate.lake.lock import LakeLock
 from lakecurate.lake.paths import LakePaths
 from lakecurate.store import remote
 from lakecurate.store.band_index import NearDedupIndex
+from lakecurate.store.band_shards import Shards
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.key_files import SPACES
 from lakecurate.store.rebuild import catch_up, rewrite_index
@@ -41,6 +42,8 @@ class WriteSession:
     near: NearDedupIndex | None
     run_id: str
     notes: list[str] = field(default_factory=list)
+    # ``[ingest] deciders`` processes: they hold tier 2's keys and the band index's rows.
+    deciders: Shards | None = None
     done: int = 0  # chunks committed, for the run row if the command fails
     dead: int = 0
 
@@ -97,6 +100,8 @@ def write_session(
             with contextlib.suppress(Exception):
                 if session.near is not None:
                     session.near.close()  # its decider processes, when it has some
+                if session.deciders is not None:
+                    session.deciders.close()
             with contextlib.suppress(Exception):
                 state.close()
 
@@ -133,9 +138,12 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
     # A stale state must not number commits below the log's (issue 12, D3).
     if note := catch_up(state, delta):
         session.notes.append(note)
+    if cfg is not None and cfg.ingest.deciders:
+        session.deciders = Shards(cfg.ingest.deciders, cfg.ingest.heartbeat_timeout)
+        session.index.hold_keys_in(session.deciders)
     if cfg is not None and cfg.near_dedup.enabled:
         signatures = SignatureFiles(session.paths.signatures)
-        session.near = NearDedupIndex.of_config(state.con, cfg, signatures, cfg.ingest.deciders)
+        session.near = NearDedupIndex.of_config(state.con, cfg, signatures, session.deciders or 0)
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )

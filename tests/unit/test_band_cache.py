@@ -11,6 +11,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import held_in, kill_decider
 
 from lakecurate import engine
 from lakecurate.store.band_cache import BandCache, BandSource, Holder
@@ -43,12 +44,7 @@ def files(tmp_path: Path) -> SignatureFiles:
 @pytest.fixture(params=["driver", "3 deciders"])
 def holder(request: pytest.FixtureRequest) -> Iterator[Holder | None]:
     """Where the cache's rows live: in the test's process, or in 3 real decider processes."""
-    if request.param == "driver":
-        yield None
-        return
-    shards = Shards(3)
-    yield shards
-    shards.close()
+    yield from held_in(request)
 
 
 Chunk = tuple[np.ndarray, np.ndarray]  # (doc_seq, hashes of shape (docs, BANDS))
@@ -177,22 +173,39 @@ def test_a_killed_decider_loses_nothing(
 ) -> None:
     """SIGKILL a decider process between lookups, and between an insert and the next lookup:
     the cache starts them again, reads the band files again, and answers as before."""
-    import os
-    import signal
-
     rng = np.random.default_rng(4)
     shards = Shards(2)
     try:
         cache, probe, before = sharded_lake(con, files, shards, rng)
-        os.kill(shards._procs[1].pid, signal.SIGKILL)  # type: ignore[arg-type]
-        shards._procs[1].join()
+        kill_decider(shards, 1)
         assert cached(cache, probe, 9 << 32) == before
         assert shards.starts == 2 and cache.loads == 2
-        os.kill(shards._procs[0].pid, signal.SIGKILL)  # type: ignore[arg-type]
-        shards._procs[0].join()
+        kill_decider(shards, 0)
         insert(con, files, cache, chunk(rng, 8, 30))  # the add finds it dead: reload next
         assert cached(cache, probe, 9 << 32) == joined(con, probe, 9 << 32)
         assert shards.starts == 3 and cache.loads == 3
+    finally:
+        shards.close()
+
+
+def test_deciders_lost_while_another_cache_asked_are_given_the_rows_again(
+    con: duckdb.DuckDBPyConnection, files: SignatureFiles
+) -> None:
+    """The decider processes also hold tier 2's keys: when they die while a key cache asks
+    them, they are started again empty, and the band cache must notice (their generation)
+    rather than search shards that hold nothing."""
+    from lakecurate.store.band_cache import HolderLostError
+
+    rng = np.random.default_rng(5)
+    shards = Shards(2)
+    try:
+        cache, probe, before = sharded_lake(con, files, shards, rng)
+        kill_decider(shards, 0)
+        with pytest.raises(HolderLostError):  # another cache's question finds it dead
+            shards.keys_held("content")
+        assert shards.keys_held("content") == 0  # started again, empty
+        assert cached(cache, probe, 9 << 32) == before
+        assert cache.loads == 2
     finally:
         shards.close()
 

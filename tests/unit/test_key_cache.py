@@ -5,13 +5,15 @@ the key files read as tables, asked by the SQL the cache replaced."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import key_tables
+from helpers import held_in, key_tables, kill_decider
 
+from lakecurate.store.band_shards import Shards
 from lakecurate.store.index import MembershipIndex
 from lakecurate.store.key_cache import _KeyRun
 from lakecurate.store.state import StateStore
@@ -63,13 +65,26 @@ def _check(index: MembershipIndex, rng: random.Random) -> None:
     assert sorted(index.ids_seen(pa.array(ids))["id"].to_pylist()) == want_ids
 
 
+@pytest.fixture(params=["driver", "2 deciders"])
+def holder(request: pytest.FixtureRequest) -> Iterator[Shards | None]:
+    """Where the caches' keys live: in the test's process, or in 2 real decider processes."""
+    yield from held_in(request)
+
+
+def _index(state: StateStore, holder: Shards | None) -> MembershipIndex:
+    index = MembershipIndex(state.con)
+    if holder is not None:
+        index.hold_keys_in(holder)
+    return index
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_the_cache_answers_what_the_join_answers_through_a_history(
-    tmp_path: Path, seed: int
+    tmp_path: Path, seed: int, holder: Shards | None
 ) -> None:
     rng = random.Random(seed)
     state = StateStore.open(tmp_path / "state.duckdb")
-    index = MembershipIndex(state.con)
+    index = _index(state, holder)
     seq, changes = 0, 1  # reads of the table the history may cause: the first, one per change
     for _ in range(30):
         op = rng.choice(["add", "add", "add", "rollback", "forget", "reopen", "check"])
@@ -89,7 +104,7 @@ def test_the_cache_answers_what_the_join_answers_through_a_history(
         elif op == "reopen":
             state.close()
             state = StateStore.open(tmp_path / "state.duckdb")
-            index = MembershipIndex(state.con)
+            index = _index(state, holder)
             changes += 1
         _check(index, rng)
     # Adds were held, not read again: a read only after a change the cache did not make.
@@ -102,9 +117,9 @@ def test_the_cache_answers_what_the_join_answers_through_a_history(
     state.close()
 
 
-def test_a_rolled_back_add_is_not_an_answer(tmp_path: Path) -> None:
+def test_a_rolled_back_add_is_not_an_answer(tmp_path: Path, holder: Shards | None) -> None:
     state = StateStore.open(tmp_path / "state.duckdb")
-    index = MembershipIndex(state.con)
+    index = _index(state, holder)
     first = pa.table({"content_hash": [_hex(1)], "id": ["a"]})
     with state.transaction():
         index.add(first, first.select(["id"]), 1)
@@ -153,3 +168,30 @@ def test_the_first_entry_of_a_key_wins_and_a_half_collision_is_no_match() -> Non
     keys = keys.merged(_KeyRun([np.array([5], dtype=u64), np.array([7], dtype=u64)]))
     seq, _ = keys.first(np.array([5, 5, 5, 9, 9], dtype=u64), np.array([7, 2, 3, 1, 2], dtype=u64))
     assert (seq != absent).tolist() == [True, True, False, True, False]
+
+
+def test_a_killed_decider_loses_no_key(tmp_path: Path) -> None:
+    """SIGKILL a decider process holding keys, between lookups and between an add and the
+    next lookup: the shards start again and read their part of the key files again; the
+    other space's cache, which did not see the death, reloads too (the shards' generation)."""
+    rng = random.Random(3)
+    state = StateStore.open(tmp_path / "state.duckdb")
+    shards = Shards(2)
+    try:
+        index = _index(state, shards)
+        for seq in range(1, 6):
+            with state.transaction():
+                index.add(*_chunk(rng, 40), seq)
+        _check(index, rng)
+        kill_decider(shards, 1)
+        _check(index, rng)  # the content lookup restarts them; the ids cache reloads too
+        assert shards.starts == 2 and index.tier2["ids"].loads == 2
+        kill_decider(shards, 0)
+        with state.transaction():
+            index.add(*_chunk(rng, 40), 6)  # the add finds them dead: read again next
+        _check(index, rng)
+        assert shards.starts == 3
+        assert index.tier2["content"].rows == index.files.fingerprint("content")[0]
+    finally:
+        shards.close()
+        state.close()
