@@ -10,6 +10,10 @@ import duckdb
 from helpers import NEAR_CONFIG, PROSE, run_lakecurate
 
 from lakecurate import Lake
+from lakecurate.config import load
+from lakecurate.lake.paths import LakePaths
+from lakecurate.store.band_shards import Shards
+from lakecurate.store.session import write_session
 
 
 def _corpus(folder: Path, files: int = 3) -> Path:
@@ -128,3 +132,14 @@ def test_the_next_writer_removes_temp_files_a_killed_one_left_in_the_index(
     assert Lake.open(lake_dir).ingest([corpus], config=_config(tmp_path)).ok
     assert not [t for t in temps if t.exists()]
     assert Lake.open(lake_dir).verify().ok
+
+
+def test_a_sessions_deciders_hold_the_band_index_and_the_keys(tmp_path: Path) -> None:
+    """``[ingest] deciders = 2``: one set of decider processes holds the band index's rows and
+    both key caches' keys (an empty one included: a holder with no rows yet is still one)."""
+    cfg = tmp_path / "deciders.toml"
+    cfg.write_text(NEAR_CONFIG.replace("[ingest]\n", "[ingest]\ndeciders = 2\n"))
+    with write_session(LakePaths(tmp_path / "lake"), "ingest", "", load(cfg), create=True) as s:
+        assert isinstance(s.deciders, Shards)
+        assert s.near is not None and s.near.cache.holder is s.deciders
+        assert all(cache.holder is s.deciders for cache in s.index.tier2.values())
