@@ -132,13 +132,21 @@ def _band_rows(docs: pa.Table) -> tuple[Rows, npt.NDArray[np.int64]]:
 
 
 def chunk_table(
-    doc_seq: npt.ArrayLike, doc_ids: Sequence[str] | pa.Array, signature: pa.Array, bands: pa.Array
+    doc_seq: npt.ArrayLike,
+    doc_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
+    signature: pa.Array,
+    bands: pa.Array,
 ) -> pa.Table:
     """The table :meth:`NearDedupIndex.match_chunk` takes, from the worker's columns."""
+    if isinstance(doc_ids, pa.ChunkedArray):
+        doc_ids = doc_ids.combine_chunks()
     return pa.table(
         [
             pa.array(np.asarray(doc_seq, dtype=np.int64)),
-            pa.array(doc_ids, pa.string()),
+            # An Arrow array is cast; pa.array would convert it row by row (7 ms a chunk).
+            doc_ids.cast(pa.string())
+            if isinstance(doc_ids, pa.Array)
+            else pa.array(doc_ids, pa.string()),
             bands,
             signature,
         ],

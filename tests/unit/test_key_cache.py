@@ -195,3 +195,16 @@ def test_a_killed_decider_loses_no_key(tmp_path: Path) -> None:
     finally:
         shards.close()
         state.close()
+
+
+def test_an_id_repeated_in_a_chunk_is_one_key() -> None:
+    """``index._distinct`` (the ids' keys of a chunk, once each) is ``np.unique(axis=0)``:
+    the same rows in the same order, high halves tied across different low halves too."""
+    from lakecurate.store.index import _distinct
+
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 40, 5_000):
+        halves = rng.integers(0, 2**64 - 1, (n, 2), dtype=np.uint64, endpoint=True)
+        halves = np.concatenate([halves, halves[: n // 3]])  # repeated ids
+        halves[: n // 4, 0] = halves[n // 4 : 2 * (n // 4), 0]  # same high half, other low
+        assert np.array_equal(_distinct(halves), np.unique(halves, axis=0))
