@@ -82,9 +82,9 @@ class IngestConfig:
     commit_chunks: int = 64
     commit_bytes: int = 1024**3
     commit_seconds: float = 5.0
-    # Processes that hold the near-dedup band index's rows for the driver, partitioned by band
-    # hash (store.band_shards): the driver's memory then stops growing with the lake and its
-    # lookups run in parallel. 0: the driver holds them (the fastest on one small machine).
+    # Processes that hold the near-dedup band index's rows and tier 2's keys for the driver,
+    # partitioned by hash (store.band_shards): the driver's memory then stops growing with the
+    # lake and its lookups run in parallel. 0: the driver holds them (fastest on a small machine).
     deciders: int = 0
 
 
