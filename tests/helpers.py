@@ -245,14 +245,21 @@ def match_in_chunks(
     corpus: tuple[list[str], pa.Array, pa.Array],
     sizes: list[int],
     shuffle: int | None = None,
+    workers_files: Path | None = None,
 ) -> list[tuple[int, int | None, str | None]]:
     """Match and add ``corpus`` (texts, signatures, band hashes) to ``idx`` in chunks of
     ``sizes`` documents, each chunk's rows shuffled (seed ``shuffle`` + ordinal) when
     ``shuffle`` is given; (doc_seq, cluster_id, dup_of) of every document, chunk by chunk
-    (``as_global`` turns them into corpus positions)."""
+    (``as_global`` turns them into corpus positions). With ``workers_files`` each chunk's
+    signatures and bands are also written there as a worker writes them, and their files
+    handed to the index (decider processes read them)."""
     import numpy as np
+    import pyarrow as pa
 
+    from lakecurate.lake import sets as lake_sets
+    from lakecurate.lake.storage import Location
     from lakecurate.store import band_index
+    from lakecurate.store.signatures import ChunkSets
 
     texts, sig, bands = corpus
     out: list[tuple[int, int | None, str | None]] = []
@@ -265,10 +272,16 @@ def match_in_chunks(
             sig.take(rows),
             bands.take(rows),
         )
+        files: list[ChunkSets] = []
+        for column in ("signature", "bands") if workers_files is not None else ():
+            path = Location(str(workers_files / f"{ordinal}.{column}.arrow"))
+            lists = table[column].combine_chunks()
+            lake_sets.write(pa.table({"row": np.arange(len(rows)), column: lists}), path)
+            files.append(ChunkSets.of_file(ordinal, path))
         if shuffle is not None:
             table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
-        result = idx.match_chunk(table)
-        idx.add_chunk(table, result)
+        result = idx.match_chunk(table, *files)
+        idx.add_chunk(table, result, *files)
         out.extend(
             zip(
                 result["doc_seq"].to_pylist(),

@@ -399,23 +399,30 @@ class NearDedupIndex:
             paired = self.con.sql(engine.q("dedup.chunk_paired")).fetchnumpy()["doc_seq"]
             in_pair = pc.is_in(docs["doc_seq"], pa.array(paired, pa.int64()))
             self.con.register("nd_chunk", _typed(docs).filter(in_pair))
+            # With decider processes every pair is theirs to test, reading the sets themselves:
+            # the driver reads none.
             tested = self._tested_by_deciders(lo, sets) if kept else None
             self.con.register(
-                "nd_chunk_sigs", self._chunk_signatures(docs, lo, sets, lake=tested is None)
+                "nd_chunk_sigs",
+                self._chunk_signatures(docs, lo, sets)
+                if tested is None
+                else self.signatures.read([]),
             )
             if kept:
                 self._settle_groups(tested)
             else:
                 self.con.register("nd_old_sigs", self._old("old_signatures_needed"))
-            self.con.execute(
-                engine.q("dedup.chunk_edges"),
-                {"verify": self.cfg.verify, "old_edges": not kept, **self.near_params},
-            )
+            if tested is not None:
+                self._given(tested(self._pairs("chunk_pairs_asked")), "edges_given")
+            else:
+                self.con.execute(
+                    engine.q("dedup.chunk_edges"),
+                    {"verify": self.cfg.verify, "old_edges": not kept, **self.near_params},
+                )
             if kept:
                 self.con.execute(engine.q("dedup.init_labels_kept"))
-                if tested is not None:  # the lake's kept documents the rounds compare with
-                    self.con.register("nd_old_sigs", self._old("kept_labels_needed"))
                 self.con.execute(engine.q("dedup.start_labels_kept"))
+                self.con.execute(engine.q("dedup.kept_rounds_begin"))
             else:
                 self.con.execute(engine.q("dedup.init_labels"))
             self.rounds = 0
@@ -424,7 +431,7 @@ class NearDedupIndex:
                 if self.rounds > MAX_ROUNDS:
                     raise LakeError("near-dedup label propagation did not settle: report a bug")
                 if kept:
-                    self.con.execute(engine.q("dedup.step_labels_kept"), self.near_params)
+                    self._kept_round(tested)
                 else:
                     self.con.execute(engine.q("dedup.step_labels"))
                 ((changed,),) = self.con.execute(engine.q("dedup.count_changed")).fetchall()
@@ -487,6 +494,19 @@ class NearDedupIndex:
         self.con.execute(engine.q("dedup.asked_near"), self.near_params)
         return sigs
 
+    def _kept_round(self, tested: Tester | None) -> None:
+        """One label round of rule ``kept``: the (document, label) pairs no round tested yet
+        are tested (here on the signatures the matching read, or by decider processes), then
+        each document takes the smallest label whose kept document it is near."""
+        self.con.execute(engine.q("dedup.kept_round_pairs"))
+        self.con.execute(engine.q("dedup.kept_round_asked"))
+        if tested is not None:
+            self._given(tested(self._pairs("asked_pairs")))
+        else:
+            self.con.execute(engine.q("dedup.asked_near"), self.near_params)
+        self.con.execute(engine.q("dedup.kept_round_tested"))
+        self.con.execute(engine.q("dedup.step_labels_kept"))
+
     def _pairs(self, statement: str) -> tuple[I64, I64]:
         cols = self.con.sql(engine.q(f"dedup.{statement}")).fetchnumpy()
         return (
@@ -494,17 +514,20 @@ class NearDedupIndex:
             np.asarray(cols["dst"], dtype=np.int64),
         )
 
-    def _given(self, near: tuple[I64, I64]) -> None:
+    def _given(self, near: tuple[I64, I64], statement: str = "asked_given") -> None:
+        """The pairs decider processes found near (``nd_given``), into the table
+        ``statement`` makes of them."""
         self.con.register("nd_given", pa.table({"src": near[0], "dst": near[1]}))
         try:
-            self.con.execute(engine.q("dedup.asked_given"))
+            self.con.execute(engine.q(f"dedup.{statement}"))
         finally:
             self.con.unregister("nd_given")
 
     def _tested_by_deciders(self, lo: int, sets: ChunkSets | None) -> Tester | None:
-        """What tests the chunk's pairs with the lake in decider processes, which read the
-        sets themselves (the chunk's from its worker's sets file): None without deciders,
-        without verification, or when the sets are in the driver's hands."""
+        """What tests the chunk's pairs (with the lake's documents and its own) in decider
+        processes, which read the sets themselves (the chunk's from its worker's sets file):
+        None without deciders, without verification, or when the sets are in the driver's
+        hands."""
         holder = self.cache.holder
         if not (self.reads_band_files and self.cfg.verify and isinstance(holder, Shards)):
             return None
@@ -520,20 +543,15 @@ class NearDedupIndex:
 
         return tested
 
-    def _chunk_signatures(
-        self, docs: pa.Table, lo: int, sets: ChunkSets | None, *, lake: bool = True
-    ) -> pa.Table:
-        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``;
-        without ``lake``, of the chunk's own pairs only: decider processes test the pairs
-        with the lake): all verification compares of the chunk here (a kept document a
-        rule-``kept`` label names is in a pair too); none without verification."""
+    def _chunk_signatures(self, docs: pa.Table, lo: int, sets: ChunkSets | None) -> pa.Table:
+        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``):
+        all verification compares of the chunk here (a kept document a rule-``kept`` label
+        names is in a pair too); none without verification."""
         if not self.cfg.verify:
             return self.signatures.read([])
         if sets is None:
             sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
-        needed = self.con.sql(
-            engine.q("dedup.chunk_signatures_needed"), params={"lake": lake}
-        ).fetchnumpy()["doc_seq"]
+        needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
         return sets.read(needed)
 
     def add_chunk(

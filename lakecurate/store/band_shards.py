@@ -45,6 +45,7 @@ from lakecurate.lake.storage import Location
 from lakecurate.steps.near.signatures import near_flags
 from lakecurate.store.band_cache import (
     I64,
+    ROW_BITS,
     U8,
     U64,
     BandSource,
@@ -80,12 +81,24 @@ def _near(
     folder: str, seq: int, uri: str, src: I64, dst: I64, params: dict[str, int]
 ) -> npt.NDArray[np.bool_]:
     """Which (chunk document, earlier document) pairs are near: the chunk's sets from its
-    worker's sets file at ``uri``, the earlier ones' from the lake's signature files."""
-    mine = ChunkSets.of_file(seq, Location(uri)).read(src)
-    theirs = SignatureFiles(Path(folder)).read(dst)
-    a = mine.column(1).take(pa.array(np.searchsorted(mine["doc_seq"].to_numpy(), src)))
-    b = theirs.column(1).take(pa.array(np.searchsorted(theirs["doc_seq"].to_numpy(), dst)))
+    worker's sets file at ``uri``, the earlier ones' from the lake's signature files, or from
+    the same file when the earlier one is the chunk's too (its own pairs, the label rounds)."""
+    own = (dst >> ROW_BITS) == seq
+    mine = _sets(ChunkSets.of_file(seq, Location(uri)).read(np.union1d(src, dst[own])))
+    lake = _sets(SignatureFiles(Path(folder)).read(dst[~own])).cast(mine.schema)
+    both = pa.concat_tables([lake, mine]).sort_by("doc_seq")  # the lake's doc_seqs are lower
+    at = both["doc_seq"].to_numpy()
+    sides = (src, dst)
+    where = [np.minimum(np.searchsorted(at, side), len(at) - 1) for side in sides]
+    if len(src) and not all(np.array_equal(at[w], d) for w, d in zip(where, sides, strict=True)):
+        raise LakeError(f"commit {seq}: a document in a near-dedup pair has no sets: report a bug")
+    a, b = (both["sets"].take(pa.array(w)) for w in where)
     return near_flags(a, b, params["min_matches"], params["num"], params["den"])
+
+
+def _sets(table: pa.Table) -> pa.Table:
+    """(doc_seq, sets) of a signature or sets file's rows, whatever its column's name."""
+    return pa.table({"doc_seq": table["doc_seq"], "sets": table.column(1)})
 
 
 def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int) -> None:

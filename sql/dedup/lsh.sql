@@ -182,37 +182,40 @@ SELECT DISTINCT dst AS doc_seq FROM nd_asked ORDER BY 1;
 SELECT src, dst FROM nd_asked ORDER BY src, dst;
 
 -- name: asked_near
--- The pairs asked that are near: a chunk document and an earlier one, whose signatures
--- `nd_chunk_sigs` and `nd_old_sigs` hold (asked_needed).
+-- The pairs asked that are near: a chunk document and an earlier one (in the lake, or in the
+-- chunk: the label rounds), whose signatures `nd_chunk_sigs` and `nd_old_sigs` hold.
 CREATE OR REPLACE TEMP TABLE nd_near_pairs AS
+WITH sigs AS (
+    SELECT doc_seq, signature FROM nd_chunk_sigs
+    UNION ALL
+    SELECT doc_seq, signature FROM nd_old_sigs
+)
 SELECT a.src, a.dst
 FROM nd_asked a
 JOIN nd_chunk_sigs s ON s.doc_seq = a.src
-JOIN nd_old_sigs d ON d.doc_seq = a.dst
+JOIN sigs d ON d.doc_seq = a.dst
 WHERE nd_near(s.signature, d.signature, $min_matches, $num, $den);
 
 -- name: asked_given
 -- What asked_near makes, from the pairs decider processes found near (`nd_given`).
 CREATE OR REPLACE TEMP TABLE nd_near_pairs AS SELECT src, dst FROM nd_given;
 
--- name: kept_labels_needed
--- With decider processes: the kept documents in the lake that the label rounds compare with: a
--- start label in the lake flows only from a document at the far end of an in-chunk edge (every
--- label a round compares with is the start label of such a document), so only those are read
--- (the others were most of the driver's reads: a copy of a lake document starts with its label).
-SELECT DISTINCT i.label AS doc_seq
-FROM nd_init i
-SEMI JOIN nd_edges e ON e.dst = i.doc_seq AND NOT e.old
-WHERE i.label < (SELECT min(doc_seq) FROM nd_chunk) ORDER BY 1;
-
 -- name: chunk_signatures_needed
 -- The chunk's own documents whose signatures the matching compares: every one in a candidate
--- pair (a label of rule `kept` naming a document of the chunk names one of these too); with
--- $lake false (decider processes test the pairs with the lake) those of the chunk's own pairs.
-SELECT src AS doc_seq FROM nd_cand WHERE $lake OR NOT old
+-- pair (a label of rule `kept` naming a document of the chunk names one of these too).
+SELECT src AS doc_seq FROM nd_cand
 UNION
 SELECT dst FROM nd_cand WHERE NOT old
 ORDER BY 1;
+
+-- name: chunk_pairs_asked
+-- Rule `kept` with decider processes: the chunk's own candidate pairs, for them to test.
+SELECT src, dst FROM nd_cand WHERE NOT old ORDER BY src, dst;
+
+-- name: edges_given
+-- What chunk_edges makes for rule `kept` (no edges with the lake), from the chunk's own pairs
+-- that decider processes found near (`nd_given`).
+CREATE OR REPLACE TEMP TABLE nd_edges AS SELECT src, dst, false AS old FROM nd_given;
 
 -- name: chunk_edges
 -- The candidate pairs that are edges: with $verify, a pair stays only when it is near (nd_near:
@@ -280,28 +283,43 @@ WHERE c.bands IS NOT NULL;
 -- name: start_labels_kept
 CREATE OR REPLACE TEMP TABLE nd_labels AS SELECT * FROM nd_init;
 
+-- name: kept_rounds_begin
+-- Rule `kept`: the (document, label) pairs the rounds have tested, and whether each is near: a
+-- pair is tested once however many rounds compare it.
+CREATE OR REPLACE TEMP TABLE nd_tested (src BIGINT, dst BIGINT, near BOOLEAN);
+
+-- name: kept_round_pairs
+-- A round of rule `kept` compares each document with the labels of its earlier in-chunk
+-- neighbours (nd_round: the labels are kept documents, in the lake or in the chunk).
+CREATE OR REPLACE TEMP TABLE nd_round AS
+SELECT DISTINCT e.src, p.label AS rep
+FROM nd_edges e
+JOIN nd_labels p ON p.doc_seq = e.dst
+WHERE NOT e.old;
+
+-- name: kept_round_asked
+-- The round's pairs no round tested yet, to test (asked_near here, or decider processes).
+CREATE OR REPLACE TEMP TABLE nd_asked AS
+SELECT r.src, r.rep AS dst FROM nd_round r ANTI JOIN nd_tested t ON t.src = r.src AND t.dst = r.rep;
+
+-- name: kept_round_tested
+-- The answers (`nd_near_pairs`) to the pairs asked, remembered.
+INSERT INTO nd_tested
+SELECT a.src, a.dst, n.src IS NOT NULL
+FROM nd_asked a
+LEFT JOIN nd_near_pairs n ON n.src = a.src AND n.dst = a.dst;
+
 -- name: step_labels_kept
 -- One round of rule `kept` along in-chunk edges: label(d) = min(init(d), the labels of d's earlier
 -- in-chunk neighbours whose kept document d is near). A label depends only on earlier documents,
 -- so after as many rounds as the longest in-chunk chain nothing changes, and that fixed point is
 -- the unique solution of the rule (the same as one document at a time, in doc_seq order).
 CREATE OR REPLACE TEMP TABLE nd_labels_next AS
-WITH cand AS (
-    SELECT DISTINCT e.src, p.label AS rep
-    FROM nd_edges e
-    JOIN nd_labels p ON p.doc_seq = e.dst
-    WHERE NOT e.old
-), sigs AS (
-    SELECT doc_seq, signature FROM nd_chunk_sigs
-    UNION ALL
-    SELECT doc_seq, signature FROM nd_old_sigs
-), ok AS (
-    SELECT c.src, min(c.rep) AS rep
-    FROM cand c
-    JOIN nd_chunk_sigs s ON s.doc_seq = c.src
-    JOIN sigs r ON r.doc_seq = c.rep
-    WHERE nd_near(s.signature, r.signature, $min_matches, $num, $den)
-    GROUP BY c.src
+WITH ok AS (
+    SELECT r.src, min(r.rep) AS rep
+    FROM nd_round r
+    SEMI JOIN nd_tested t ON t.src = r.src AND t.dst = r.rep AND t.near
+    GROUP BY r.src
 )
 SELECT i.doc_seq, least(i.label, coalesce(ok.rep, i.label)) AS label
 FROM nd_init i

@@ -9,7 +9,7 @@ threads change nothing, a retried chunk gives the same answer; and a lake's inde
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -294,8 +294,14 @@ def test_kept_needs_verification_and_a_known_rule() -> None:
 EXACT = replace(CFG, verify_on="shingles")
 
 
+@pytest.mark.parametrize("deciders", [0, 2], ids=["driver", "2 deciders"])
 @pytest.mark.parametrize("link", ["any", "kept"])
-def test_exact_verification_matches_the_reference(link: band_index.Link) -> None:
+def test_exact_verification_matches_the_reference(
+    link: band_index.Link, deciders: int, tmp_path: Path
+) -> None:
+    """The exact test on shingle sets decides as the reference does, in one chunk (every pair
+    the chunk's own) and in many; with decider processes (rule ``kept``) they test every pair,
+    the chunk's own and the label rounds' too, reading the workers' files themselves."""
     texts = chain_corpus()
     data = columns(texts, EXACT)
     n = len(texts)
@@ -303,9 +309,18 @@ def test_exact_verification_matches_the_reference(link: band_index.Link) -> None
     assert expected != reference(texts, link, CFG)  # the estimate decides some pairs otherwise
     assert len({c for _, c, d in expected if d is not None}) >= 10
     for sizes, threads, shuffle in (([n], 1, None), (chunking(n, [1, 7, 40]), 2, 3)):
-        idx = new_index(link, threads, EXACT)
-        assert run(idx, data, sizes, shuffle) == expected
-        idx.con.close()
+        folder = tmp_path / f"{len(sizes)}"
+        files = SignatureFiles(folder / "signatures")
+        idx = band_index.NearDedupIndex(
+            engine.connect(threads=threads), replace(EXACT, link=link), files, deciders
+        )
+        idx.create_schema()
+        try:
+            got = as_global(match_in_chunks(idx, data, sizes, shuffle, folder), sizes)
+        finally:
+            idx.close()
+            idx.con.close()
+        assert got == expected
 
 
 def _changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
@@ -315,87 +330,30 @@ def _changed(base: np.ndarray, lo: int, hi: int, tag: int) -> np.ndarray:
     return out
 
 
-def test_a_lake_cluster_whose_kept_document_is_not_a_candidate() -> None:
-    """Rule ``kept`` settles a lake cluster by its kept document first; when that is not among a
-    document's candidates, the candidates it has in the cluster must still give a verified edge.
-    Made by hand (signatures and bands, not texts): A is kept and B near it (both chunk 0); C, D
-    and E (chunk 1) share a band with B only, each its own. C is near A and B: joins A. D is
-    near B, not A: a cluster of its own. E is near A, not B: no verified edge, a cluster of its
-    own."""
-    perm = CFG.num_perm
-    bands_n = mh.layout(CFG)[0]
-    a = np.arange(perm, dtype=np.uint32)
-
-    b = _changed(a, 0, 10, 1)
-    sigs = {
-        "A": a,
-        "B": b,
-        "C": _changed(a, 10, 20, 2),  # 118 equal with A, 108 with B
-        "D": _changed(b, 10, 40, 3),  # 88 with A (< NEED), 98 with B
-        "E": _changed(a, 10, 46, 4),  # 92 with A, 82 with B
-    }
-    assert sum(sigs["D"] == a) < NEED <= sum(sigs["C"] == b) and sum(sigs["E"] == b) < NEED
-    unique = iter(range(10_000, 20_000))
-
-    def bands_of(shared: dict[int, int]) -> list[int]:
-        return [shared.get(i, next(unique)) for i in range(bands_n)]
-
-    bands = {  # B shares one band with each of C, D and E, which share none with each other
-        "A": bands_of({0: 1}),
-        "B": bands_of({0: 1, 1: 2, 2: 3, 3: 4}),
-        **{name: bands_of({i: i + 1}) for i, name in enumerate("CDE", start=1)},
-    }
-    idx = new_index("kept")
-    got = {}
-    for ordinal, names in enumerate(["AB", "CDE"]):
-        table = band_index.chunk_table(
-            band_index.make_doc_seq(ordinal, np.arange(len(names))),
-            list(names),
-            pa.array([sigs[n].tolist() for n in names], pa.list_(pa.uint32())),
-            pa.array([bands[n] for n in names], pa.list_(pa.uint64())),
-        )
-        result = idx.match_chunk(table)
-        idx.add_chunk(table, result)
-        got.update(zip(names, result["dup_of"].to_pylist(), strict=True))
-    idx.con.close()
-    assert got == {"A": None, "B": "A", "C": "A", "D": None, "E": None}
-
-
-@pytest.mark.parametrize("deciders", [0, 2], ids=["driver", "2 deciders"])
-def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int) -> None:
-    """A label from the lake reaches a document through an in-chunk edge, and the label rounds
-    test it against that label's kept document, whose set must then be at hand (with decider
-    processes the driver reads only those sets, from the lake's signature files). Made by hand:
-    K is kept (chunk 0); A (chunk 1) shares a band with K and is near it: K's cluster. B (chunk 1)
-    shares a band with A only, and is near A and K: it joins K through A. C (chunk 1) is an
-    exact copy of K with no in-chunk edge: its label is never compared with in a round."""
-    perm = CFG.num_perm
-    bands_n = mh.layout(CFG)[0]
-    k = np.arange(perm, dtype=np.uint32)
-
-    sigs = {"K": k, "A": _changed(k, 0, 10, 1), "C": k.copy()}
-    sigs["B"] = _changed(sigs["A"], 10, 20, 2)  # 118 equal with A, 108 with K
-    assert sum(sigs["B"] == k) >= NEED
-    unique = iter(range(10_000, 20_000))
-
-    def bands_of(shared: dict[int, int]) -> list[int]:
-        return [shared.get(i, next(unique)) for i in range(bands_n)]
-
-    bands = {"K": bands_of({0: 1}), "A": bands_of({0: 1, 1: 2}), "B": bands_of({1: 2})}
-    bands["C"] = list(bands["K"])
-    files = SignatureFiles(tmp_path / "signatures")
-    idx = band_index.NearDedupIndex(engine.connect(threads=1), CFG, files, deciders)
+def _by_hand(
+    folder: Path,
+    deciders: int,
+    sigs: dict[str, np.ndarray],
+    bands: dict[str, list[int]],
+    chunks: list[str],
+) -> dict[str, str | None]:
+    """Match and add documents made by hand (signatures and bands, not texts) chunk by chunk
+    (``chunks``: the names of each chunk's documents) with rule ``kept``, as a worker's files
+    hand them over; each document's ``dup_of``."""
+    idx = band_index.NearDedupIndex(
+        engine.connect(threads=1), CFG, SignatureFiles(folder / "signatures"), deciders
+    )
     idx.create_schema()
     got = {}
     try:
-        for ordinal, names in enumerate(["K", "ABC"]):
+        for ordinal, names in enumerate(chunks):
             doc_seq = band_index.make_doc_seq(ordinal, np.arange(len(names)))
             sig = pa.array([sigs[n].tolist() for n in names], pa.list_(pa.uint32()))
             band = pa.array([bands[n] for n in names], pa.list_(pa.uint64()))
             table = band_index.chunk_table(doc_seq, list(names), sig, band)
             files_of = []
             for column, lists in (("signature", sig), ("bands", band)):
-                path = Location(str(tmp_path / f"{ordinal}.{column}.arrow"))
+                path = Location(str(folder / f"{ordinal}.{column}.arrow"))
                 rows = np.arange(len(names), dtype=np.int64)
                 lake_sets.write(pa.table({"row": rows, column: lists}), path)
                 files_of.append(ChunkSets.of_file(ordinal, path))
@@ -405,4 +363,64 @@ def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int
     finally:
         idx.close()
         idx.con.close()
+    return got
+
+
+def _hand_bands() -> Callable[[dict[int, int]], list[int]]:
+    """Band lists made by hand: the bands named shared (band -> hash), every other unique."""
+    unique = iter(range(10_000, 20_000))
+    bands_n = mh.layout(CFG)[0]
+    return lambda shared: [shared.get(i, next(unique)) for i in range(bands_n)]
+
+
+DECIDERS = pytest.mark.parametrize("deciders", [0, 2], ids=["driver", "2 deciders"])
+
+
+@DECIDERS
+@pytest.mark.parametrize("chunks", [["AB", "CDE"], ["ABCDE"]], ids=["lake", "one chunk"])
+def test_a_cluster_whose_kept_document_is_not_a_candidate(
+    tmp_path: Path, deciders: int, chunks: list[str]
+) -> None:
+    """Rule ``kept`` settles a cluster by its kept document first; when that is not among a
+    document's candidates, the candidates it has in the cluster must still give a verified edge.
+    A is kept and B near it; C, D and E share a band with B only, each its own. C is near A and
+    B: joins A. D is near B, not A: a cluster of its own. E is near A, not B: no verified edge,
+    a cluster of its own. With A and B in the lake, or all five in one chunk (then every pair
+    is the chunk's own: decider processes test them)."""
+    a = np.arange(CFG.num_perm, dtype=np.uint32)
+    b = _changed(a, 0, 10, 1)
+    sigs = {
+        "A": a,
+        "B": b,
+        "C": _changed(a, 10, 20, 2),  # 118 equal with A, 108 with B
+        "D": _changed(b, 10, 40, 3),  # 88 with A (< NEED), 98 with B
+        "E": _changed(a, 10, 46, 4),  # 92 with A, 82 with B
+    }
+    assert sum(sigs["D"] == a) < NEED <= sum(sigs["C"] == b) and sum(sigs["E"] == b) < NEED
+    bands_of = _hand_bands()
+    bands = {  # B shares one band with each of C, D and E, which share none with each other
+        "A": bands_of({0: 1}),
+        "B": bands_of({0: 1, 1: 2, 2: 3, 3: 4}),
+        **{name: bands_of({i: i + 1}) for i, name in enumerate("CDE", start=1)},
+    }
+    got = _by_hand(tmp_path, deciders, sigs, bands, chunks)
+    assert got == {"A": None, "B": "A", "C": "A", "D": None, "E": None}
+
+
+@DECIDERS
+def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int) -> None:
+    """A label from the lake reaches a document through an in-chunk edge, and the label rounds
+    test it against that label's kept document, whose set must then be at hand (with decider
+    processes the driver reads none: they read it from the lake's signature files). Made by
+    hand: K is kept (chunk 0); A (chunk 1) shares a band with K and is near it: K's cluster. B
+    (chunk 1) shares a band with A only, and is near A and K: it joins K through A. C (chunk 1)
+    is an exact copy of K with no in-chunk edge: its label is never compared with in a round."""
+    k = np.arange(CFG.num_perm, dtype=np.uint32)
+    sigs = {"K": k, "A": _changed(k, 0, 10, 1), "C": k.copy()}
+    sigs["B"] = _changed(sigs["A"], 10, 20, 2)  # 118 equal with A, 108 with K
+    assert sum(sigs["B"] == k) >= NEED
+    bands_of = _hand_bands()
+    bands = {"K": bands_of({0: 1}), "A": bands_of({0: 1, 1: 2}), "B": bands_of({1: 2})}
+    bands["C"] = list(bands["K"])
+    got = _by_hand(tmp_path, deciders, sigs, bands, ["K", "ABC"])
     assert got == {"K": None, "A": "K", "B": "K", "C": "K"}
