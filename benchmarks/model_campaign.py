@@ -123,6 +123,7 @@ chunk_size = "{chunk_size}"
 max_attempts = 2
 retry_backoff = 0.05
 workers = {workers}
+deciders = {deciders}
 
 [dedup]
 exact = true
@@ -162,6 +163,7 @@ class Settings:
     max_files: int = 5
     max_lines: int = 10
     workers: int = 1
+    deciders: int = 0  # [ingest] deciders: the band index and tier 2's keys in K processes
     reset_on_difference: bool = True
     chunk_size: str = "1KiB"  # 3-7 records: a full file has 2-3 chunks
 
@@ -895,7 +897,10 @@ class Campaign:
         self.clean = work / "clean"
         self.config = work / "lakecurate.toml"
         text = CONFIG.format(
-            chunk_size=settings.chunk_size, workers=settings.workers, min_chars=MIN_CHARS
+            chunk_size=settings.chunk_size,
+            workers=settings.workers,
+            deciders=settings.deciders,
+            min_chars=MIN_CHARS,
         )
         if settings.near_dedup:
             text += NEAR.format(link="kept" if settings.seed % 4 == 3 else "any")
@@ -1315,6 +1320,7 @@ def main(argv: list[str] | None = None) -> int:
         "--kill-modes", default="fault,timer", help="fault, timer or both (default fault,timer)"
     )
     ap.add_argument("--workers", type=int, default=1, help="--workers of every ingest")
+    ap.add_argument("--deciders", type=int, default=0, help="[ingest] deciders (default 0)")
     ap.add_argument("--chunk-size", default="1KiB", help="[ingest].chunk_size (default 1KiB)")
     ap.add_argument(
         "--no-reset", action="store_true", help="keep going on the model lake after a difference"
@@ -1351,6 +1357,7 @@ def main(argv: list[str] | None = None) -> int:
         kill_rate=args.kill_rate,
         kill_modes=tuple(args.kill_modes.split(",")),
         workers=args.workers,
+        deciders=args.deciders,
         reset_on_difference=not args.no_reset,
         chunk_size=args.chunk_size,
     )

@@ -47,19 +47,25 @@ def _run(tmp_path: Path, **settings: object) -> None:
 # steps 78-80 are two edits and a deleted line, kinds it has had already, which would only
 # add a closing ingest and its clean run (a third of the test's time). Its first 77 steps have
 # every step kind, two killed ingests, and restores and deleted states between them.
+# With 2 decider processes (holding the band index and tier 2's keys, testing every near pair)
+# seed 43 walks again: their caches must follow every change the walk makes to the lake.
 @pytest.mark.parametrize(
-    ("seed", "steps"),
+    ("seed", "steps", "deciders"),
     [
-        pytest.param(72, 80, marks=pytest.mark.slow),
-        pytest.param(17, 80, marks=pytest.mark.slow),
-        (43, 77),
+        pytest.param(72, 80, 0, marks=pytest.mark.slow),
+        pytest.param(17, 80, 0, marks=pytest.mark.slow),
+        (43, 77, 0),
+        (43, 77, 2),
     ],
 )
-def test_changing_inputs_match_a_clean_run(tmp_path: Path, seed: int, steps: int) -> None:
+def test_changing_inputs_match_a_clean_run(
+    tmp_path: Path, seed: int, steps: int, deciders: int
+) -> None:
     _run(
         tmp_path,
         seed=seed,
         steps=steps,
+        deciders=deciders,
         ingest_every=35.0,
         kill_rate=0.5,
         kill_modes=("fault",),
