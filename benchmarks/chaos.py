@@ -72,6 +72,7 @@ CONFIG = """\
 chunk_size = "{chunk_size}"
 max_attempts = 3
 retry_backoff = 0.05
+deciders = {deciders}
 
 [dedup]
 exact = true
@@ -245,6 +246,7 @@ def campaign(
     min_delay: float = 0.2,
     max_delay: float | None = None,
     near: bool = True,
+    deciders: int = 0,
     log: Any = print,
 ) -> dict[str, Any]:
     """Run the whole campaign in ``work`` (created, left in place); returns the summary."""
@@ -252,7 +254,8 @@ def campaign(
     corpus, cfg = work / "corpus", work / "lakecurate.toml"
     if not corpus.exists():
         load_generator().generate(corpus, seed=7, scale=scale)
-    cfg.write_text(CONFIG.format(chunk_size=chunk_size) + (NEAR if near else ""), "utf-8")
+    text = CONFIG.format(chunk_size=chunk_size, deciders=deciders) + (NEAR if near else "")
+    cfg.write_text(text, "utf-8")
     env = cli_env()
 
     clean_lake = work / "clean"
@@ -398,6 +401,7 @@ def campaign(
             "seed": seed,
             "chunk_size": chunk_size,
             "near_dedup": near,
+            "deciders": deciders,
             "workers": workers,
             "min_delay_s": min_delay,
             "max_delay_s": round(max_delay, 3),
@@ -494,6 +498,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="near dedup off: chunks are then decided many at a time (a batch per query)",
     )
+    ap.add_argument(
+        "--deciders",
+        type=int,
+        default=0,
+        help="[ingest] deciders: the band index and tier 2's keys in K processes (default 0)",
+    )
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -513,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
             min_delay=args.min_delay,
             max_delay=args.max_delay,
             near=not args.no_near,
+            deciders=args.deciders,
             log=lambda m: print(m, file=sys.stderr, flush=True),
         )
     finally:

@@ -397,6 +397,9 @@ class NearDedupIndex:
             # cluster (``_with_alone``), and the statements' cost follows the candidates, not the
             # chunk's size.
             paired = self.con.sql(engine.q("dedup.chunk_paired")).fetchnumpy()["doc_seq"]
+            if not len(paired):  # no pair at all: the statements below would say just that
+                self.rounds = 0
+                return _with_alone(RESULT_SCHEMA.empty_table(), docs).cast(RESULT_SCHEMA)
             in_pair = pc.is_in(docs["doc_seq"], pa.array(paired, pa.int64()))
             self.con.register("nd_chunk", _typed(docs).filter(in_pair))
             # With decider processes every pair is theirs to test, reading the sets themselves:
