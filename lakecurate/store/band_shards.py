@@ -89,8 +89,9 @@ def _near(
     both = pa.concat_tables([lake, mine]).sort_by("doc_seq")  # the lake's doc_seqs are lower
     at = both["doc_seq"].to_numpy()
     sides = (src, dst)
-    where = [np.minimum(np.searchsorted(at, side), len(at) - 1) for side in sides]
-    if len(src) and not all(np.array_equal(at[w], d) for w, d in zip(where, sides, strict=True)):
+    where = [np.minimum(np.searchsorted(at, side), max(len(at) - 1, 0)) for side in sides]
+    found = len(at) and all(np.array_equal(at[w], d) for w, d in zip(where, sides, strict=True))
+    if len(src) and not found:
         raise LakeError(f"commit {seq}: a document in a near-dedup pair has no sets: report a bug")
     a, b = (both["sets"].take(pa.array(w)) for w in where)
     return near_flags(a, b, params["min_matches"], params["num"], params["den"])
