@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from lakecurate.store.band_index import NearDedupIndex
     from lakecurate.store.band_shards import Shards
+    from lakecurate.store.signatures import ChunkSets
     from lakecurate.types import ChunkResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,12 +255,8 @@ def match_in_chunks(
     signatures and bands are also written there as a worker writes them, and their files
     handed to the index (decider processes read them)."""
     import numpy as np
-    import pyarrow as pa
 
-    from lakecurate.lake import sets as lake_sets
-    from lakecurate.lake.storage import Location
     from lakecurate.store import band_index
-    from lakecurate.store.signatures import ChunkSets
 
     texts, sig, bands = corpus
     out: list[tuple[int, int | None, str | None]] = []
@@ -272,12 +269,7 @@ def match_in_chunks(
             sig.take(rows),
             bands.take(rows),
         )
-        files: list[ChunkSets] = []
-        for column in ("signature", "bands") if workers_files is not None else ():
-            path = Location(str(workers_files / f"{ordinal}.{column}.arrow"))
-            lists = table[column].combine_chunks()
-            lake_sets.write(pa.table({"row": np.arange(len(rows)), column: lists}), path)
-            files.append(ChunkSets.of_file(ordinal, path))
+        files = worker_files(workers_files, ordinal, table) if workers_files is not None else []
         if shuffle is not None:
             table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
         result = idx.match_chunk(table, *files)
@@ -292,6 +284,26 @@ def match_in_chunks(
         )
         start += size
     return out
+
+
+def worker_files(folder: Path, ordinal: int, table: pa.Table) -> list[ChunkSets]:
+    """A match table's signatures and bands written under ``folder`` as a worker writes them
+    (one Arrow file per column, keyed by row), for chunk ``ordinal``; the sets and bands files
+    ``match_chunk`` and ``add_chunk`` take (decider processes read them)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from lakecurate.lake import sets as lake_sets
+    from lakecurate.lake.storage import Location
+    from lakecurate.store.signatures import ChunkSets
+
+    files = []
+    for column in ("signature", "bands"):
+        path = Location(str(folder / f"{ordinal}.{column}.arrow"))
+        rows = np.arange(table.num_rows, dtype=np.int64)
+        lake_sets.write(pa.table({"row": rows, column: table[column].combine_chunks()}), path)
+        files.append(ChunkSets.of_file(ordinal, path))
+    return files
 
 
 def as_global(

@@ -159,14 +159,11 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 out = chunk_pairs(keep(source.rows(SignatureFiles(Path(folder), column))))
             elif op == "near":  # pairs of a chunk's documents and earlier ones: which are near
                 out = _near(*args)
-            elif op == "keys_load":  # exactly the registry's keys of a space: this shard's
-                folder, space, listed = args
-                keys[space] = KeyRuns(space)
+            elif op in ("keys_load", "keys_add"):  # this shard's part of the files listed:
+                folder, space, listed = args  # exactly the registry's (load), or one more (add)
+                if op == "keys_load" or space not in keys:
+                    keys[space] = KeyRuns(space)
                 keys[space].hold(_my_keys(read_files(Path(folder), space, listed), shard, shards))
-            elif op == "keys_add":  # a new key file: this shard's part of it
-                folder, space, listed = args
-                held = keys.setdefault(space, KeyRuns(space))
-                held.hold(_my_keys(read_files(Path(folder), space, listed), shard, shards))
             elif op == "keys_find":
                 space, hi, lo = args
                 out = keys.setdefault(space, KeyRuns(space)).find(hi, lo)
@@ -319,14 +316,22 @@ class Shards:
     def __len__(self) -> int:
         return int(sum(self._ask([("rows", ())] * self.count)))
 
+    def __bool__(self) -> bool:
+        """A holder is one whatever it holds (``__len__`` alone made an empty one false: a
+        session's ``deciders or 0`` then gave the band index none)."""
+        return True
+
     # -- tier 2's keys (``key_cache.KeyHolder``) ----------------------------------------------
     def keys_load(self, folder: Path, space: str, listed: Listed) -> None:
-        listed = [(name, [int(s) for s in seqs]) for name, seqs in listed]
-        self._ask([("keys_load", (str(folder), space, listed))] * self.count)
+        self._key_files("keys_load", folder, space, listed)
 
     def keys_add(self, folder: Path, space: str, listed: Listed, keys: pa.Table) -> None:
+        self._key_files("keys_add", folder, space, listed)  # the shards read the file
+
+    def _key_files(self, op: str, folder: Path, space: str, listed: Listed) -> None:
+        """Every shard reads the files ``listed`` and keeps its part: names cross, not keys."""
         listed = [(name, [int(s) for s in seqs]) for name, seqs in listed]
-        self._ask([("keys_add", (str(folder), space, listed))] * self.count)
+        self._ask([(op, (str(folder), space, listed))] * self.count)
 
     def keys_find(
         self, space: str, hi: U64, lo: U64

@@ -143,9 +143,7 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
         session.index.hold_keys_in(session.deciders)
     if cfg is not None and cfg.near_dedup.enabled:
         signatures = SignatureFiles(session.paths.signatures)
-        # Not ``session.deciders or 0``: Shards has a length (its rows), 0 until they hold some.
-        deciders = session.deciders if session.deciders is not None else 0
-        session.near = NearDedupIndex.of_config(state.con, cfg, signatures, deciders)
+        session.near = NearDedupIndex.of_config(state.con, cfg, signatures, session.deciders or 0)
     session.notes += reconcile(
         state, delta, session.index, session.near, session.paths.staging, session.run_id
     )

@@ -16,17 +16,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import as_global, match_in_chunks
+from helpers import as_global, match_in_chunks, worker_files
 
 from lakecurate import engine
 from lakecurate.config import NearDedupConfig
 from lakecurate.errors import ConfigError, LakeError
-from lakecurate.lake import sets as lake_sets
-from lakecurate.lake.storage import Location
 from lakecurate.steps.near import minhash as mh
 from lakecurate.steps.near import signatures
 from lakecurate.store import band_index
-from lakecurate.store.signatures import ChunkSets, SignatureFiles
+from lakecurate.store.signatures import SignatureFiles
 
 # The signature test (verify_on = "signature"), whose estimates the constructed chains below are
 # made of; the exact test on shingle sets is checked in test_lsh_exact.py.
@@ -351,12 +349,7 @@ def _by_hand(
             sig = pa.array([sigs[n].tolist() for n in names], pa.list_(pa.uint32()))
             band = pa.array([bands[n] for n in names], pa.list_(pa.uint64()))
             table = band_index.chunk_table(doc_seq, list(names), sig, band)
-            files_of = []
-            for column, lists in (("signature", sig), ("bands", band)):
-                path = Location(str(folder / f"{ordinal}.{column}.arrow"))
-                rows = np.arange(len(names), dtype=np.int64)
-                lake_sets.write(pa.table({"row": rows, column: lists}), path)
-                files_of.append(ChunkSets.of_file(ordinal, path))
+            files_of = worker_files(folder, ordinal, table)
             result = idx.match_chunk(table, *files_of)
             idx.add_chunk(table, result, *files_of)
             got.update(zip(names, result["dup_of"].to_pylist(), strict=True))
