@@ -44,7 +44,7 @@ from lakecurate.lake.record import (
 from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
-from lakecurate.store.recovery import finish_restore, forget_near, index_writer
+from lakecurate.store.recovery import finish_restore, forget_leaving, index_writer
 from lakecurate.store.session import WriteSession
 from lakecurate.store.state import FinishedChunk
 from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder
@@ -416,19 +416,14 @@ class Committer:
                 seq,
                 CommitRecord(SUPERSEDE, self.run_id, superseded=tuple(keys)).metadata(),
             )
-            self.state.finish_supersede(seq, keys, version, removed, self.run_id, self._forget)
+            faults.hit("after_delta_commit", "supersede")
+            self.state.finish_supersede(
+                seq, keys, version, removed, self.run_id, forget_leaving(self.state, self.index)
+            )
         else:
             removed = 0
         self.redecide_queued()
         return removed
-
-    def _forget(self, keys: Sequence[str]) -> None:
-        """Take these chunks and every chunk queued for a new decision out of the index and
-        the band index (inside the caller's transaction): decisions made against them next
-        would point at documents that are leaving, or at a chunk's own old copy."""
-        seqs = self.state.commit_seqs(sorted({*keys, *self.state.redecide_queue()}))
-        forget_near(self.state, seqs)
-        self.index.remove_commits(seqs)
 
     def dependents(self, keys: Sequence[str]) -> list[str]:
         """Committed chunks (other than ``keys``) whose rows refer, directly or through each
@@ -467,7 +462,7 @@ class Committer:
         # none may match its own or another's old verdicts.
         if keys:
             with self.state.transaction():
-                self._forget(keys)
+                forget_leaving(self.state, self.index)(keys)
         for key in keys:
             self.redecide(key)
         return len(keys)

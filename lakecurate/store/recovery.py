@@ -80,6 +80,22 @@ def forget_written_ahead(state: StateStore, index: MembershipIndex, seq: int) ->
     return forget
 
 
+def forget_leaving(state: StateStore, index: MembershipIndex) -> Callable[[Sequence[str]], None]:
+    """What takes chunks leaving the table (a supersede's ``keys``) and every chunk queued for a
+    new decision out of the index and the band index, inside the caller's transaction:
+    decisions made against them next would point at documents that are leaving, or at a
+    chunk's own old copy. The one path both the supersede and its ``finalise`` after a crash
+    take (a finalise that forgot only the index left the band rows behind, and the next
+    ingest decided documents near duplicates of documents no longer in the lake)."""
+
+    def forget(keys: Sequence[str]) -> None:
+        seqs = state.commit_seqs(sorted({*keys, *state.redecide_queue()}))
+        forget_near(state, seqs)
+        index.remove_commits(seqs)
+
+    return forget
+
+
 def bands_of_committed(near: NearDedupIndex, rows: pa.Table, seq: int) -> Writer:
     """The band-index writer of a chunk already in the table: signatures recomputed from the
     committed text, decisions (cluster, dup_of) read back from the rows."""
@@ -186,9 +202,7 @@ def finalise(
     entry = delta.find_commit(seq)
     version = int(entry["version"]) if entry else delta.version()
     if kind == SUPERSEDE:
-        state.finish_supersede(
-            seq, keys, version, 0, run_id, lambda ks: index.remove_commits(state.commit_seqs(ks))
-        )
+        state.finish_supersede(seq, keys, version, 0, run_id, forget_leaving(state, index))
         return
     if kind == RESTORE:
         finish_restore(state, delta, seq, version)

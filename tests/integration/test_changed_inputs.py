@@ -294,3 +294,38 @@ def test_filtered_reads_after_compact_and_a_changed_input(tmp_path: Path) -> Non
     assert lake.explain(f"{root / 'b.jsonl'}:3") is not None
     assert lake.verify().ok
     assert _decisions(lake) == _decisions(_clean(tmp_path, [root], cfg))
+
+
+def test_a_kill_after_a_supersedes_delta_commit_leaves_no_band_rows_behind(
+    tmp_path: Path,
+) -> None:
+    """A kill between a supersede's Delta commit and its state update: the next ingest's
+    reconcile finalises the supersede, and must take the superseded chunk out of the band index
+    as the uninterrupted path does. It did not (only the membership index), and the documents
+    of the new version of the input came out near duplicates of their own old copies."""
+    cfg = _config(tmp_path, NEAR)
+    records = _random_texts(10, seed=7)
+    copies = [dict(r, id="c" + r["id"], text=r["text"] + " extra") for r in records[:4]]
+    edited = [*records[:2], {"id": "d2", "text": "changed " * 30}, *records[3:]]
+
+    def history(name: str, fault: str) -> Lake:
+        root = tmp_path / name / "in"
+        _write(root / "a.jsonl", records)
+        _write(root / "b.jsonl", copies)
+        args = ("ingest", root, "--lake", tmp_path / name / "lake", "--config", cfg)
+        assert run_lakecurate(*args).returncode == 0
+        _write(root / "a.jsonl", edited)
+        interrupted = run_lakecurate(*args, env={"LAKECURATE_FAULT": fault})
+        assert (interrupted.returncode != 0) == bool(fault)
+        done = run_lakecurate(*args)
+        assert done.returncode == 0, done.stderr
+        return Lake.open(tmp_path / name / "lake")
+
+    killed = history("killed", "after_delta_commit:kill:supersede")
+    straight = history("straight", "")
+    q = "SELECT source_line, id, kept, reason, dup_of FROM documents ORDER BY source_path, 1"
+    assert killed.sql(q).rows == straight.sql(q).rows
+    assert _one(killed, "SELECT count(*) FROM documents WHERE dup_of = id") == 0
+    n_bands = "SELECT count(*) FROM minhash_docs"
+    assert _one(killed, n_bands) == _one(straight, n_bands)
+    assert killed.verify().ok
