@@ -247,19 +247,23 @@ def match_in_chunks(
     sizes: list[int],
     shuffle: int | None = None,
     workers_files: Path | None = None,
+    run: int = 1,
 ) -> list[tuple[int, int | None, str | None]]:
     """Match and add ``corpus`` (texts, signatures, band hashes) to ``idx`` in chunks of
     ``sizes`` documents, each chunk's rows shuffled (seed ``shuffle`` + ordinal) when
     ``shuffle`` is given; (doc_seq, cluster_id, dup_of) of every document, chunk by chunk
     (``as_global`` turns them into corpus positions). With ``workers_files`` each chunk's
     signatures and bands are also written there as a worker writes them, and their files
-    handed to the index (decider processes read them)."""
+    handed to the index (decider processes read them). ``run``: how many consecutive chunks
+    are matched as one (``match_chunks``), then added one by one."""
     import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     from lakecurate.store import band_index
 
     texts, sig, bands = corpus
-    out: list[tuple[int, int | None, str | None]] = []
+    chunks = []
     start = 0
     for ordinal, size in enumerate(sizes):
         rows = np.arange(start, min(start + size, len(texts)))
@@ -272,8 +276,17 @@ def match_in_chunks(
         files = worker_files(workers_files, ordinal, table) if workers_files is not None else []
         if shuffle is not None:
             table = table.take(np.random.default_rng(shuffle + ordinal).permutation(len(rows)))
-        result = idx.match_chunk(table, *files)
-        idx.add_chunk(table, result, *files)
+        chunks.append((table, files))
+        start += size
+    out: list[tuple[int, int | None, str | None]] = []
+    for at in range(0, len(chunks), run):
+        these = chunks[at : at + run]
+        sets = [f[0] for _, f in these if f]
+        bands_files = [f[1] for _, f in these if f]
+        result = idx.match_chunks(pa.concat_tables([t for t, _ in these]), sets, bands_files)
+        for ordinal, (table, files) in enumerate(these, start=at):
+            mine = result.filter(pc.equal(pc.shift_right(result["doc_seq"], 32), ordinal))
+            idx.add_chunk(table, mine, *files)
         out.extend(
             zip(
                 result["doc_seq"].to_pylist(),
@@ -282,7 +295,6 @@ def match_in_chunks(
                 strict=True,
             )
         )
-        start += size
     return out
 
 

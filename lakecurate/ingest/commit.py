@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from lakecurate import config as configuration
 from lakecurate import engine, faults
 from lakecurate.config import Config
-from lakecurate.ingest.near import NearDedup
+from lakecurate.ingest.near import Applied, NearDedup, RunChunk
 from lakecurate.ingest.staging import count_true, delete_staged, patch_of, read_keys
 from lakecurate.lake import sets
 from lakecurate.lake.record import (
@@ -41,7 +41,6 @@ from lakecurate.lake.record import (
     ChunkRecord,
     CommitRecord,
 )
-from lakecurate.lake.storage import Location
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
 from lakecurate.steps.near.signatures import add_signatures
 from lakecurate.store.recovery import finish_restore, forget_leaving, index_writer
@@ -51,6 +50,10 @@ from lakecurate.types import ChunkResult, ChunkSpec, FinaliseOrder
 
 if TYPE_CHECKING:
     from lakecurate.types import DataFile
+
+NEAR_RUN_BYTES = 64 * 1024 * 1024
+"""With near dedup, the input bytes of chunks matched as one run (a chunk larger alone): one
+match's transient memory follows its documents (about 250 MiB for a 256 MiB chunk)."""
 
 LAKE_REASONS = ("duplicate_id", "exact_dup", "near_dup")
 """The verdicts the driver makes against the whole lake; a re-decision makes them again."""
@@ -126,6 +129,23 @@ def _merged(narrow: pa.Table, involved: pa.Array, decided: pa.Table) -> pa.Table
         )
         out = out.set_column(out.schema.get_field_index(name), name, column)
     return out
+
+
+def _runs(
+    items: Sequence[tuple[ChunkSpec, ChunkResult]], limit: int
+) -> list[list[tuple[ChunkSpec, ChunkResult]]]:
+    """``items`` cut, in order, into runs of at most ``limit`` input bytes (a larger chunk
+    alone)."""
+    runs: list[list[tuple[ChunkSpec, ChunkResult]]] = []
+    size = 0
+    for item in items:
+        if runs and size + item[0].input_bytes <= limit:
+            runs[-1].append(item)
+            size += item[0].input_bytes
+        else:
+            runs.append([item])
+            size = item[0].input_bytes
+    return runs
 
 
 class Committer:
@@ -234,24 +254,29 @@ class Committer:
         """Decide staged chunks from their keys, in commit order, write their intents and
         index rows ahead, and add them to the open group; returns the orders workers turn
         into their data files (``files_written`` hands them back, ``commit_group`` commits
-        them). A batch is decided by one query and recorded by one state transaction; with
-        near dedup on, one chunk at a time (its band index must hold the chunk before)."""
-        batched = self.near is None or len(items) == 1
+        them). A batch is decided by one query, matched for near dedup as one run, and
+        recorded by one state transaction (with near dedup, runs of at most
+        ``NEAR_RUN_BYTES`` of input: the match's memory follows its documents)."""
+        if self.near is not None and len(items) > 1:
+            runs = _runs(items, NEAR_RUN_BYTES)
+            if len(runs) > 1:
+                return [order for run in runs for order in self.stage(run)]
         # Decider processes read the band files themselves: the driver reads only which
         # documents have bands.
         lists = self.near is None or not self.near.index.reads_band_files
-        keyed = [(s, r, *read_keys(r.staged_path, lists)) for s, r in items] if batched else []
-        # One chunk at a time with near dedup, or with staged files of two layouts in the
-        # batch (a resume across versions): each decided against the one before.
+        keyed = [(s, r, *read_keys(r.staged_path, lists)) for s, r in items]
+        # Staged files of two layouts in the batch (a resume across versions): one at a
+        # time, each decided against the one before.
         if len(items) > 1 and len({k[2].schema for k in keyed}) != 1:
             return [order for item in items for order in self.stage([item])]
         intent_ns = time.time_ns()
         # The seqs come first: near dedup orders documents by them. The intents and the index
         # rows written ahead are then one state transaction.
         first = self.state.next_seq()
-        batch: list[tuple[pa.Table, Decided, Callable[[], None]]] = []
-        for (spec, result, keys, bands_file), rows in zip(
-            keyed, self.decide([k[2] for k in keyed]), strict=True
+        decided_rows = self.decide([k[2] for k in keyed])
+        run = []
+        for i, ((_, result, keys, bands_file), rows) in enumerate(
+            zip(keyed, decided_rows, strict=True)
         ):
             # The sets verification compares are in the worker's sets file, read only for the
             # candidates (a staged file of the layout before holds them as a column).
@@ -259,8 +284,12 @@ class Committer:
                 BANDS_COLUMN in keys.column_names and SIGNATURE_COLUMN not in keys.column_names
             )
             sets_file = sets.beside(result.staged_path) if in_file else None
-            seq = first + len(batch)
-            batch.append(self._decide(spec, result, rows, seq, intent_ns, sets_file, bands_file))
+            run.append(RunChunk(rows, first + i, sets_file, bands_file))
+        near = self._near_run(run)
+        batch = [
+            self._decide(spec, result, chunk.rows, chunk.seq, intent_ns, applied)
+            for (spec, result, _, _), chunk, applied in zip(keyed, run, near, strict=True)
+        ]
 
         def ahead() -> None:
             with self.index.batch():  # one key file per space for the batch
@@ -345,6 +374,13 @@ class Committer:
             for d in group
         ]
 
+    def _near_run(self, run: Sequence[RunChunk]) -> Sequence[Applied | None]:
+        """Near dedup of a run of chunks through ``decide``, matched as one (None each when
+        near dedup is off, or the chunks have no band column)."""
+        if self.near is None or not run or BANDS_COLUMN not in run[0].rows.column_names:
+            return [None] * len(run)
+        return self.near.apply_run(run)
+
     def _decide(
         self,
         spec: ChunkSpec,
@@ -352,20 +388,18 @@ class Committer:
         rows: pa.Table,
         seq: int,
         intent_ns: int,
-        sets_file: Location | None = None,
-        bands_file: sets.SetsFile | None = None,
+        near: Applied | None = None,
     ) -> tuple[pa.Table, Decided, Callable[[], None]]:
         """The rest of one chunk's lake-wide decisions (``rows``: its rows, or only their key
-        columns, through ``decide``; ``sets_file``, ``bands_file``: the worker's files of its
-        near-dedup sets and bands, when there are), its record, and what writes its index rows
-        and bands ahead of its Delta commit (inside the caller's state transaction: the next
-        chunk is decided against them)."""
+        columns, through ``decide``; ``near``: those rows through near dedup), its record, and
+        what writes its index rows and bands ahead of its Delta commit (inside the caller's
+        state transaction: the next chunk is decided against them)."""
         key = result.chunk_key
         funnel = self._funnel(result.filter_stats, rows)
         near_writer = None
-        if self.near is not None and BANDS_COLUMN in rows.column_names:
+        if near is not None:
             kept_before = int(pc.sum(rows["kept"]).as_py() or 0)
-            rows, near_dups, near_writer = self.near.apply(rows, seq, sets_file, bands_file)
+            rows, near_dups, near_writer = near
             funnel.append(("near_dup", kept_before, near_dups))
         else:
             rows = rows.drop_columns(
@@ -495,7 +529,8 @@ class Committer:
         seq = self.state.next_seq()
         self.redecided += 1
         (rows,) = self.decide([rows])
-        rows, decided, ahead = self._decide(spec, result, rows, seq, intent_ns)
+        (near,) = self._near_run([RunChunk(rows, seq)])
+        rows, decided, ahead = self._decide(spec, result, rows, seq, intent_ns, near)
         self.state.begin_commit(
             "REDECIDE", [key], self.run_id, self.delta.version(), seq=seq, ahead=ahead
         )

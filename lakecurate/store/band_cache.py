@@ -78,6 +78,21 @@ class BandSource:
         return by_hash(band_rows(table["doc_seq"], table[table.schema.names[1]]))
 
 
+def rows_of_sources(sources: Sequence[BandSource], files: SignatureFiles, keep: Keep) -> Rows:
+    """The band rows of a run of chunks (``sources``, one per chunk) that ``keep`` keeps, as
+    one set of rows sorted by hash: what a run matched as one looks up, and pairs within."""
+    parts = [keep(source.rows(files)) for source in sources]
+    if len(parts) == 1:
+        return parts[0]
+    return by_hash(
+        (
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate([p[2] for p in parts]),
+        )
+    )
+
+
 class Runs:
     """Band rows as sorted runs that merge as they grow (a small log-structured merge): what
     holds the cache's rows, here in the driver's memory (``store.band_shards`` holds them in
@@ -175,15 +190,18 @@ class Holder(Protocol):
 @runtime_checkable
 class RemoteHolder(Holder, Protocol):
     """A holder in other processes, which reads a ``BandSource`` itself: cheaper than being
-    sent the rows (``band_shards.Shards``)."""
+    sent the rows (``band_shards.Shards``). A lookup and the pairs within take a run of
+    chunks matched as one (``sources``, one per chunk, in commit order)."""
 
     def push_source(self, files: SignatureFiles, source: BandSource) -> None: ...
 
     def search_source(
-        self, files: SignatureFiles, source: BandSource, below: int
+        self, files: SignatureFiles, sources: Sequence[BandSource], below: int
     ) -> tuple[I64, I64]: ...
 
-    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]: ...
+    def chunk_pairs(
+        self, files: SignatureFiles, sources: Sequence[BandSource]
+    ) -> tuple[I64, I64]: ...
 
 
 def chunk_pairs(rows: Rows) -> tuple[I64, I64]:
@@ -277,30 +295,30 @@ class BandCache:
         below: int,
         *,
         ordered: bool = False,
-        source: BandSource | None = None,
+        sources: Sequence[BandSource] = (),
     ) -> tuple[I64, I64]:
-        """(src, dst) pairs, distinct: the chunk's band rows (``hashes``, ``bands``, ``srcs``
-        their documents; ``ordered``: already sorted by hash, ``by_hash``; ``source``: the
-        file they came from, which a remote holder reads itself) against every cached row
-        of the same bucket with doc_seq < ``below``."""
+        """(src, dst) pairs, distinct: the chunks' band rows (``hashes``, ``bands``, ``srcs``
+        their documents; ``ordered``: already sorted by hash, ``by_hash``; ``sources``: the
+        files they came from, one per chunk, which a remote holder reads itself) against
+        every cached row of the same bucket with doc_seq < ``below``."""
         if not ordered:
             hashes, bands, srcs = by_hash((hashes, bands, srcs))
 
         def search() -> tuple[I64, I64]:
             holder = self._current()
-            if source is not None and isinstance(holder, RemoteHolder):
-                return holder.search_source(self.files, source, below)
+            if sources and isinstance(holder, RemoteHolder):
+                return holder.search_source(self.files, sources, below)
             return holder.search(hashes, bands, srcs, below)
 
         return distinct_pairs(*self.retried(search))  # a pair once, not once per band
 
-    def chunk_pairs(self, source: BandSource) -> tuple[I64, I64]:
-        """(src, dst), distinct: the chunk's own documents sharing a bucket (``chunk_pairs``),
-        found by the holder from the chunk's band file (a remote holder: the driver need not
-        read the bands)."""
+    def chunk_pairs(self, sources: Sequence[BandSource]) -> tuple[I64, I64]:
+        """(src, dst), distinct: the documents of a run of chunks sharing a bucket
+        (``chunk_pairs``), found by the holder from the chunks' band files (a remote holder:
+        the driver need not read the bands)."""
         holder = self.holder
         assert isinstance(holder, RemoteHolder), "the chunk's own pairs are a remote holder's"
-        return distinct_pairs(*self.retried(lambda: holder.chunk_pairs(self.files, source)))
+        return distinct_pairs(*self.retried(lambda: holder.chunk_pairs(self.files, sources)))
 
     def retried(self, ask: Callable[[], T]) -> T:
         """``ask`` (of the holder) again once when the holder lost its rows (read again on

@@ -361,34 +361,46 @@ class NearDedupIndex:
     def match_chunk(
         self, docs: pa.Table, sets: ChunkSets | None = None, bands: ChunkSets | None = None
     ) -> pa.Table:
-        """Decide a chunk: (doc_seq, doc_id, cluster_id, dup_of) per row, ordered by doc_seq.
+        """Decide a chunk: ``match_chunks`` of a run of one."""
+        return self.match_chunks(
+            docs, [] if sets is None else [sets], [] if bands is None else [bands]
+        )
+
+    def match_chunks(
+        self, docs: pa.Table, sets: Sequence[ChunkSets] = (), bands: Sequence[ChunkSets] = ()
+    ) -> pa.Table:
+        """Decide a run of consecutive chunks as one: (doc_seq, doc_id, cluster_id, dup_of) per
+        row, ordered by doc_seq. A document's decision depends only on the documents before it
+        (module docstring), so this equals matching and adding the chunks one by one, at one
+        set of statements for the run (they were most of a small chunk's decision).
 
         ``docs`` follows :data:`CHUNK_SCHEMA`; every doc_seq must exceed those already indexed
-        (rows of this chunk already in the index, from an interrupted earlier attempt, are
+        (rows of these chunks already in the index, from an interrupted earlier attempt, are
         ignored). ``cluster_id`` is the doc_seq of the cluster's kept document (its own for a
         kept one, NULL without tokens); ``dup_of`` is that document's id when it is another one.
-        ``sets``: the chunk's sets (default: ``docs["signature"]``), of which only those of
-        the documents in a candidate pair are read; ``bands``: the worker's bands file of the
-        chunk, which decider processes read themselves (``store.band_shards``).
+        ``sets``: each chunk's sets (default: ``docs["signature"]``), of which only those of
+        the documents in a candidate pair are read; ``bands``: each chunk's worker's bands
+        file, which decider processes read themselves (``store.band_shards``). Add the chunks
+        with ``add_chunk``, one by one, afterwards.
         """
         lo, _hi = self._register(docs)
-        source = None
-        if bands is not None and bands.file is not None and docs.num_rows:
-            source = BandSource(lo >> ROW_BITS, bands.file.path.uri)
+        sources = []
+        if docs.num_rows and bands and all(b.file is not None for b in bands):
+            sources = [BandSource(b.seq, b.file.path.uri) for b in bands if b.file is not None]
         kept = self.link == "kept"
         try:
             params = {"chunk_min": lo}
             self.con.execute(engine.q("dedup.chunk_bands"))
             src, dst = self.cache.candidates(
-                *self._rows_of(docs)[0], below=lo, ordered=True, source=source
+                *self._rows_of(docs)[0], below=lo, ordered=True, sources=sources
             )
             self.con.register("nd_old_cand", pa.table({"src": src, "dst": dst}))
             self.con.register("nd_lake_docs", self.docs.lake_docs(dst))
             # With decider processes, the chunk's own pairs are theirs (``docs`` may then hold
             # empty band lists: the driver did not read them, see ``reads_band_files``).
             new_src, new_dst = (
-                self.cache.chunk_pairs(source)
-                if source is not None and self.reads_band_files
+                self.cache.chunk_pairs(sources)
+                if sources and self.reads_band_files
                 else (src[:0], dst[:0])
             )
             self.con.register("nd_new_cand", pa.table({"src": new_src, "dst": new_dst}))
@@ -404,7 +416,7 @@ class NearDedupIndex:
             self.con.register("nd_chunk", _typed(docs).filter(in_pair))
             # With decider processes every pair is theirs to test, reading the sets themselves:
             # the driver reads none.
-            tested = self._tested_by_deciders(lo, sets) if kept else None
+            tested = self._tested_by_deciders(sets) if kept else None
             self.con.register(
                 "nd_chunk_sigs",
                 self._chunk_signatures(docs, lo, sets)
@@ -526,36 +538,40 @@ class NearDedupIndex:
         finally:
             self.con.unregister("nd_given")
 
-    def _tested_by_deciders(self, lo: int, sets: ChunkSets | None) -> Tester | None:
-        """What tests the chunk's pairs (with the lake's documents and its own) in decider
-        processes, which read the sets themselves (the chunk's from its worker's sets file):
+    def _tested_by_deciders(self, sets: Sequence[ChunkSets]) -> Tester | None:
+        """What tests the run's pairs (with the lake's documents and its own) in decider
+        processes, which read the sets themselves (the run's from its workers' sets files):
         None without deciders, without verification, or when the sets are in the driver's
         hands."""
         holder = self.cache.holder
         if not (self.reads_band_files and self.cfg.verify and isinstance(holder, Shards)):
             return None
-        if sets is None or sets.file is None:
+        chunks = [(s.seq, s.file.path.uri) for s in sets if s.file is not None]
+        if not chunks or len(chunks) != len(sets):
             return None
-        uri, seq, params = sets.file.path.uri, lo >> ROW_BITS, self.near_params
+        params = self.near_params
 
         def tested(pairs: tuple[I64, I64]) -> tuple[I64, I64]:
             if not len(pairs[0]):
                 return pairs
-            near = self.cache.retried(lambda: holder.near(self.signatures, seq, uri, pairs, params))
+            near = self.cache.retried(lambda: holder.near(self.signatures, chunks, pairs, params))
             return pairs[0][near], pairs[1][near]
 
         return tested
 
-    def _chunk_signatures(self, docs: pa.Table, lo: int, sets: ChunkSets | None) -> pa.Table:
-        """The sets of the chunk's own documents that are in a candidate pair (``nd_cand``):
-        all verification compares of the chunk here (a kept document a rule-``kept`` label
+    def _chunk_signatures(self, docs: pa.Table, lo: int, sets: Sequence[ChunkSets]) -> pa.Table:
+        """The sets of the run's own documents that are in a candidate pair (``nd_cand``):
+        all verification compares of the run here (a kept document a rule-``kept`` label
         names is in a pair too); none without verification."""
         if not self.cfg.verify:
             return self.signatures.read([])
-        if sets is None:
-            sets = ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))
+        if not sets:
+            sets = [ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))]  # any seq: read by doc_seq
         needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
-        return sets.read(needed)
+        needed = np.asarray(needed, dtype=np.int64)
+        if len(sets) == 1:
+            return sets[0].read(needed)
+        return pa.concat_tables([s.read(needed[(needed >> ROW_BITS) == s.seq]) for s in sets])
 
     def add_chunk(
         self,

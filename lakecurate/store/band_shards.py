@@ -54,6 +54,7 @@ from lakecurate.store.band_cache import (
     Runs,
     by_hash,
     chunk_pairs,
+    rows_of_sources,
 )
 from lakecurate.store.key_cache import KeyRuns, Listed
 from lakecurate.store.key_files import read_files
@@ -78,21 +79,32 @@ def _my_keys(keys: pa.Table, shard: int, shards: int) -> pa.Table:
 
 
 def _near(
-    folder: str, seq: int, uri: str, src: I64, dst: I64, params: dict[str, int]
+    folder: str, chunks: Sequence[tuple[int, str]], src: I64, dst: I64, params: dict[str, int]
 ) -> npt.NDArray[np.bool_]:
-    """Which (chunk document, earlier document) pairs are near: the chunk's sets from its
-    worker's sets file at ``uri``, the earlier ones' from the lake's signature files, or from
-    the same file when the earlier one is the chunk's too (its own pairs, the label rounds)."""
-    own = (dst >> ROW_BITS) == seq
-    mine = _sets(ChunkSets.of_file(seq, Location(uri)).read(np.union1d(src, dst[own])))
-    lake = _sets(SignatureFiles(Path(folder)).read(dst[~own])).cast(mine.schema)
-    both = pa.concat_tables([lake, mine]).sort_by("doc_seq")  # the lake's doc_seqs are lower
+    """Which (document of a run of chunks, earlier document) pairs are near: the run's sets
+    from its workers' sets files (``chunks``: each chunk's commit seq and file's uri), the
+    earlier ones' from the lake's signature files, or from the run's files when the earlier
+    one is the run's too (its own pairs, the label rounds)."""
+    seqs = np.array([seq for seq, _ in chunks], dtype=np.int64)
+    own = np.isin(dst >> ROW_BITS, seqs)
+    asked = np.union1d(src, dst[own])
+    mine = [
+        _sets(ChunkSets.of_file(seq, Location(uri)).read(asked[(asked >> ROW_BITS) == seq]))
+        for seq, uri in chunks
+        if ((asked >> ROW_BITS) == seq).any()
+    ]
+    lake = _sets(SignatureFiles(Path(folder)).read(dst[~own]))
+    if mine:
+        lake = lake.cast(mine[0].schema)
+    both = pa.concat_tables([lake, *mine]).sort_by("doc_seq")  # the lake's doc_seqs are lower
     at = both["doc_seq"].to_numpy()
     sides = (src, dst)
     where = [np.minimum(np.searchsorted(at, side), max(len(at) - 1, 0)) for side in sides]
     found = len(at) and all(np.array_equal(at[w], d) for w, d in zip(where, sides, strict=True))
     if len(src) and not found:
-        raise LakeError(f"commit {seq}: a document in a near-dedup pair has no sets: report a bug")
+        raise LakeError(
+            f"commits {seqs.tolist()}: a document in a near-dedup pair has no sets: report a bug"
+        )
     a, b = (both["sets"].take(pa.array(w)) for w in where)
     return near_flags(a, b, params["min_matches"], params["num"], params["den"])
 
@@ -150,13 +162,14 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
             elif op == "push_source":  # a commit's band file: this shard's part of it
                 folder, column, source = args
                 runs.push(*keep(source.rows(SignatureFiles(Path(folder), column))), ordered=True)
-            elif op == "search_source":  # a chunk's band file: its part of the needles
-                folder, column, source, below = args
-                rows = keep(source.rows(SignatureFiles(Path(folder), column)))
+            elif op == "search_source":  # a run's band files: its part of the needles
+                folder, column, sources, below = args
+                rows = rows_of_sources(sources, SignatureFiles(Path(folder), column), keep)
                 out = runs.search(*rows, below)
-            elif op == "chunk_pairs":  # the chunk's own pairs, in this shard's buckets
-                folder, column, source = args
-                out = chunk_pairs(keep(source.rows(SignatureFiles(Path(folder), column))))
+            elif op == "chunk_pairs":  # the run's own pairs, in this shard's buckets
+                folder, column, sources = args
+                files = SignatureFiles(Path(folder), column)
+                out = chunk_pairs(rows_of_sources(sources, files, keep))
             elif op == "near":  # pairs of a chunk's documents and earlier ones: which are near
                 out = _near(*args)
             elif op in ("keys_load", "keys_add"):  # this shard's part of the files listed:
@@ -284,31 +297,31 @@ class Shards:
         self._ask([("push_source", (str(files.folder), files.column, source))] * self.count)
 
     def search_source(
-        self, files: SignatureFiles, source: BandSource, below: int
+        self, files: SignatureFiles, sources: Sequence[BandSource], below: int
     ) -> tuple[I64, I64]:
-        request = ("search_source", (str(files.folder), files.column, source, below))
+        request = ("search_source", (str(files.folder), files.column, tuple(sources), below))
         found = self._ask([request] * self.count)
         return _joined(found)
 
-    def chunk_pairs(self, files: SignatureFiles, source: BandSource) -> tuple[I64, I64]:
-        found = self._ask([("chunk_pairs", (str(files.folder), files.column, source))] * self.count)
-        return _joined(found)
+    def chunk_pairs(self, files: SignatureFiles, sources: Sequence[BandSource]) -> tuple[I64, I64]:
+        request = ("chunk_pairs", (str(files.folder), files.column, tuple(sources)))
+        return _joined(self._ask([request] * self.count))
 
     def near(
         self,
         files: SignatureFiles,
-        seq: int,
-        uri: str,
+        chunks: Sequence[tuple[int, str]],
         pairs: tuple[I64, I64],
         params: dict[str, int],
     ) -> npt.NDArray[np.bool_]:
-        """Which of ``pairs`` (a document of chunk ``seq``, whose worker's sets file is at
-        ``uri``; an earlier document) are near (``steps.near.signatures.near_flags``): the
-        shards test a slice each, reading the sets themselves."""
+        """Which of ``pairs`` (a document of a run of chunks, ``chunks`` their commit seqs and
+        the uris of their workers' sets files; an earlier document) are near
+        (``steps.near.signatures.near_flags``): the shards test a slice each, reading the sets
+        themselves."""
         cuts = np.linspace(0, len(pairs[0]), self.count + 1).astype(np.int64)
-        folder = str(files.folder)
+        folder, run = str(files.folder), tuple(chunks)
         asked = [
-            ("near", (folder, seq, uri, pairs[0][a:b], pairs[1][a:b], params))
+            ("near", (folder, run, pairs[0][a:b], pairs[1][a:b], params))
             for a, b in itertools.pairwise(cuts.tolist())
         ]
         return np.concatenate(self._ask(asked)).astype(bool)

@@ -299,22 +299,24 @@ def test_exact_verification_matches_the_reference(
 ) -> None:
     """The exact test on shingle sets decides as the reference does, in one chunk (every pair
     the chunk's own) and in many; with decider processes (rule ``kept``) they test every pair,
-    the chunk's own and the label rounds' too, reading the workers' files themselves."""
+    the chunk's own and the label rounds' too, reading the workers' files themselves; and
+    with runs of chunks matched as one (pairs across the run's files)."""
     texts = chain_corpus()
     data = columns(texts, EXACT)
     n = len(texts)
     expected = reference(texts, link, EXACT)
     assert expected != reference(texts, link, CFG)  # the estimate decides some pairs otherwise
     assert len({c for _, c, d in expected if d is not None}) >= 10
-    for sizes, threads, shuffle in (([n], 1, None), (chunking(n, [1, 7, 40]), 2, 3)):
-        folder = tmp_path / f"{len(sizes)}"
+    runs = (([n], 1, None, 1), (chunking(n, [1, 7, 40]), 2, 3, 1), (chunking(n, [3, 7]), 1, 3, 4))
+    for sizes, threads, shuffle, run in runs:
+        folder = tmp_path / f"{len(sizes)}-{run}"
         files = SignatureFiles(folder / "signatures")
         idx = band_index.NearDedupIndex(
             engine.connect(threads=threads), replace(EXACT, link=link), files, deciders
         )
         idx.create_schema()
         try:
-            got = as_global(match_in_chunks(idx, data, sizes, shuffle, folder), sizes)
+            got = as_global(match_in_chunks(idx, data, sizes, shuffle, folder, run), sizes)
         finally:
             idx.close()
             idx.con.close()

@@ -164,6 +164,19 @@ def key_of(task: Task) -> str:
     return task.chunk_key if isinstance(task, FinaliseOrder) else task[0].chunk_key
 
 
+def batch_sizes(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[int]:
+    """The lengths of the batches ``cls.method(self, batch)`` is called with, as it is."""
+    sizes: list[int] = []
+    original = getattr(cls, method)
+
+    def counting(self: object, batch: list) -> list:  # type: ignore[type-arg]
+        sizes.append(len(batch))
+        return original(self, batch)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(cls, method, counting)
+    return sizes
+
+
 def run(corpus: Path, cfg_path: Path, lake: Path, fake: FakeExecutor) -> IngestReport:
     paths = LakePaths(lake)
     cfg = configuration.load(cfg_path)
@@ -311,14 +324,7 @@ def test_quick_chunks_are_submitted_many_ahead_and_decided_many_at_a_time(
     from lakecurate.ingest.commit import Committer
 
     monkeypatch.setattr(scheduler, "QUICK_TASK_SECONDS", 60.0)  # quick on any machine
-    batches: list[int] = []
-    decide = Committer.decide
-
-    def counting(self: Committer, batch: list) -> list:  # type: ignore[type-arg]
-        batches.append(len(batch))
-        return decide(self, batch)
-
-    monkeypatch.setattr(Committer, "decide", counting)
+    batches = batch_sizes(monkeypatch, Committer, "decide")
     fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(3))
     most = 0
 
@@ -395,6 +401,70 @@ def test_a_batch_decides_as_its_chunks_one_after_the_other(
     assert lakes["two layouts"] == lakes["one"]
     reasons = {r[5] for r in lakes["one"]}
     assert {"duplicate_id", "exact_dup", None} <= reasons  # the cases are there
+
+
+@pytest.mark.parametrize("deciders", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_run_of_chunks_matched_as_one_decides_as_one_by_one(
+    deciders: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With near dedup, tiny chunks decided many at a time are matched as one run: near
+    copies of documents of earlier chunks of the run (and of the run before), and exact
+    copies of those near copies in later chunks, get the verdicts, ``dup_of`` and clusters a
+    decision per chunk gives. (An exact copy decided in the run first points at the near copy,
+    which the run's one decision saw kept: it must follow it to the cluster's kept document.)"""
+    import json
+
+    from lakecurate.ingest import scheduler
+    from lakecurate.ingest.near import NearDedup
+
+    monkeypatch.setattr(scheduler, "QUICK_TASK_SECONDS", 60.0)
+    runs = batch_sizes(monkeypatch, NearDedup, "apply_run")
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(400)]
+    bases = [[rng.choice(words) for _ in range(80)] for _ in range(30)]
+    docs: list[dict[str, str]] = []
+    near_copies: list[str] = []
+    for i in range(150):
+        roll = rng.random()
+        if roll < 0.3 or not near_copies:  # a near copy of a base: its last word changed
+            text = [*rng.choice(bases)[:-1], f"x{i}"]
+            near_copies.append(" ".join(text))
+            docs.append({"text": near_copies[-1]})
+        elif roll < 0.5:  # an exact copy of a near copy seen before
+            docs.append({"text": rng.choice(near_copies)})
+        else:
+            docs.append({"text": " ".join(rng.choice(words) for _ in range(80))})
+        if rng.random() < 0.7:
+            docs[-1]["id"] = f"d{i}"
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    query = (
+        "SELECT chunk_key, source_line, id, kept, reason, dup_of, cluster_id - "
+        "(SELECT min(cluster_id) FROM documents) FROM documents ORDER BY chunk_key, source_line"
+    )
+    lakes = {}
+    for name, extra in (("one", "commit_seconds = 0\n"), ("run", "commit_chunks = 1000\n")):
+        cfg = tmp_path / f"{name}.toml"
+        cfg.write_text(
+            f'[ingest]\nchunk_size = "2KiB"\ndeciders = {deciders}\n{extra}'
+            "[near_dedup]\nenabled = true\n"
+        )
+        runs.clear()
+        fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(7))
+        report = run(corpus, cfg, tmp_path / name, fake)
+        assert report.ok and report.chunks_committed > 20
+        lakes[name] = Lake.open(tmp_path / name).sql(query).rows
+        assert (max(runs) > 1) == (name == "run")
+    assert lakes["run"] == lakes["one"]
+    reasons = [r[4] for r in lakes["one"]]
+    assert reasons.count("near_dup") > 10 and reasons.count("exact_dup") > 10
+    near_ids = {r[2] for r in lakes["one"] if r[4] == "near_dup"}
+    kept_ids = {r[2] for r in lakes["one"] if r[3]}
+    exact_of_near = [r for r in lakes["one"] if r[4] == "exact_dup" and r[5] not in near_ids]
+    assert exact_of_near and all(
+        r[5] in kept_ids for r in lakes["one"] if r[5] and r[4] != "duplicate_id"
+    )
 
 
 @pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
