@@ -2,7 +2,7 @@
 
 Workers stage MinHash signatures and band hashes (``steps.near.signatures``); here, in commit
 order, each chunk is matched against everything committed before it and within itself
-(``store.band_index.NearDedupIndex``), kept documents near an earlier one become ``near_dup``
+(``store.band_index.NearDedupIndex``; a run of consecutive chunks as one), kept documents near an earlier one become ``near_dup``
 of that cluster's kept document, and the chunk's bands join the index in the same state
 transaction as its SUCCESS. Order keys are ``commit seq << 32 | row``, so decisions depend
 only on commit order.
@@ -58,17 +58,6 @@ class NearDedup:
     def __init__(self, index: band_index.NearDedupIndex) -> None:
         self.index = index
         self.cfg = index.cfg
-
-    def apply(
-        self,
-        rows: pa.Table,
-        seq: int,
-        sets_file: Location | None = None,
-        bands_file: SetsFile | None = None,
-    ) -> Applied:
-        """Decide one chunk: ``apply_run`` of a run of one."""
-        (applied,) = self.apply_run([RunChunk(rows, seq, sets_file, bands_file)])
-        return applied
 
     def apply_run(self, run: Sequence[RunChunk]) -> list[Applied]:
         """Decide a run of consecutive chunks (in commit order, each decided against the lake
