@@ -1,11 +1,11 @@
-"""The driver's side of near-duplicate removal: a decided chunk against the lake's band index.
+"""The driver's side of near-duplicate removal: decided chunks against the lake's band index.
 
 Workers stage MinHash signatures and band hashes (``steps.near.signatures``); here, in commit
 order, each chunk is matched against everything committed before it and within itself
-(``store.band_index.NearDedupIndex``; a run of consecutive chunks as one), kept documents near an earlier one become ``near_dup``
-of that cluster's kept document, and the chunk's bands join the index in the same state
-transaction as its SUCCESS. Order keys are ``commit seq << 32 | row``, so decisions depend
-only on commit order.
+(``store.band_index.NearDedupIndex``; a run of consecutive chunks as one), kept documents near
+an earlier one become ``near_dup`` of that cluster's kept document, and the chunk's bands join
+the index in the same state transaction as its SUCCESS. Order keys are
+``commit seq << 32 | row``, so decisions depend only on commit order.
 """
 
 from __future__ import annotations
