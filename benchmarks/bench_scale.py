@@ -11,8 +11,8 @@ the ``multilingual`` preset (language id, the Gopher, C4 and FineWeb filters, ex
 dedup) by a fresh Python process (so peak RSS is per scale) with ``--workers`` workers.
 Reported per scale: input bytes and documents, wall seconds, documents/s, the driver's and the
 workers' peak RSS, the driver's CPU seconds for the first and the last chunk it decided
-(``Committer.stage``, thread CPU time), and the process CPU time (DuckDB's threads included) of
-every chunk's ``stage`` with the medians of the first and the last quarter of chunks (one chunk
+(``Committer.stage``, thread CPU time; a batch's shared by its chunks), and the process CPU time
+(DuckDB's threads included) of every chunk's ``stage`` with the medians of the first and the last quarter of chunks (one chunk
 is noisy and the first pays for warming up; nor is the corpus uniform: the chunks holding the
 English end of the base carry most near-dedup signatures), the state file, the Bloom tier and
 the Delta table on disk (bytes, and state bytes per document: target <= 150), the near-dedup
@@ -63,11 +63,20 @@ if __name__ == "__main__":
     band_shards.Shards.close = closed
     cpu, proc = [], []
     stage = Committer.stage
-    def timed(self, *a, **k):
+    depth = [0]
+    def timed(self, items, *a, **k):
+        # A batch's CPU shared by its chunks; only the outermost call (stage cuts a batch
+        # into runs by calling itself).
+        depth[0] += 1
         t, p = time.thread_time(), time.process_time()
-        out = stage(self, *a, **k)
-        cpu.append(time.thread_time() - t)
-        proc.append(time.process_time() - p)  # DuckDB's threads too
+        try:
+            out = stage(self, items, *a, **k)
+        finally:
+            depth[0] -= 1
+        if depth[0] == 0:
+            n = max(1, len(items))
+            cpu.extend([(time.thread_time() - t) / n] * n)
+            proc.extend([(time.process_time() - p) / n] * n)  # DuckDB's threads too
         return out
     Committer.stage = timed
     cfg = lake.parent / (lake.name + ".toml")

@@ -48,14 +48,16 @@ def _run(tmp_path: Path, **settings: object) -> None:
 # add a closing ingest and its clean run (a third of the test's time). Its first 77 steps have
 # every step kind, two killed ingests, and restores and deleted states between them.
 # With 2 decider processes (holding the band index and tier 2's keys, testing every near pair)
-# seed 43 walks again: their caches must follow every change the walk makes to the lake.
+# seed 43 walks again under `-m slow`: their caches must follow every change the walk makes to
+# the lake (the default run keeps deciders through a kill in test_near_dedup and every pair
+# they test in test_lsh_link; `benchmarks/model_campaign.py --deciders 2` walks longer).
 @pytest.mark.parametrize(
     ("seed", "steps", "deciders"),
     [
         pytest.param(72, 80, 0, marks=pytest.mark.slow),
         pytest.param(17, 80, 0, marks=pytest.mark.slow),
         (43, 77, 0),
-        (43, 77, 2),
+        pytest.param(43, 77, 2, marks=pytest.mark.slow),
     ],
 )
 def test_changing_inputs_match_a_clean_run(

@@ -275,6 +275,7 @@ def _lease_written(s3: S3Server, bucket: str) -> datetime.datetime:
     return head["LastModified"]  # type: ignore[no-any-return]
 
 
+@pytest.mark.slow  # the default run keeps the lease taken from a writer (the test below)
 def test_two_machines_never_write_one_lake_at_once(
     corpus: Path,
     small_cfg: Path,
