@@ -11,10 +11,11 @@ the ``multilingual`` preset (language id, the Gopher, C4 and FineWeb filters, ex
 dedup) by a fresh Python process (so peak RSS is per scale) with ``--workers`` workers.
 Reported per scale: input bytes and documents, wall seconds, documents/s, the driver's and the
 workers' peak RSS, the driver's CPU seconds for the first and the last chunk it decided
-(``Committer.stage``, thread CPU time; a batch's shared by its chunks), and the process CPU time
-(DuckDB's threads included) of every chunk's ``stage`` with the medians of the first and the last quarter of chunks (one chunk
-is noisy and the first pays for warming up; nor is the corpus uniform: the chunks holding the
-English end of the base carry most near-dedup signatures), the state file, the Bloom tier and
+(``Committer.stage``, thread CPU time; a batch's shared by its chunks), and the process CPU
+time (DuckDB's threads included) of every chunk's ``stage`` with the medians of the first and
+the last quarter of chunks (one chunk is noisy and the first pays for warming up; nor is the
+corpus uniform: the chunks holding the English end of the base carry most near-dedup
+signatures), the state file, the Bloom tier and
 the Delta table on disk (bytes, and state bytes per document: target <= 150), the near-dedup
 signature and band files and tier 2's key files (``index/signatures``, ``index/bands``,
 ``index/keys``, outside the state), and the time ratio to scale 1
