@@ -54,6 +54,7 @@ from lakecurate.store.band_cache import (
     Runs,
     by_hash,
     chunk_pairs,
+    distinct_pairs,
     rows_of_sources,
 )
 from lakecurate.store.key_cache import KeyRuns, Listed
@@ -63,6 +64,7 @@ from lakecurate.store.signatures import ChunkSets, SignatureFiles
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
 START_SECONDS = 120.0  # how long a shard may take to start (its imports) before it is given up
 BEAT_SECONDS = 1.0  # how often a shard at work says it is alive
+NEAR_SLICE = 50_000  # pairs a shard tests at once (their sets are copied for the test)
 
 
 def part(rows: Rows, shard: int, shards: int) -> Rows:
@@ -105,8 +107,13 @@ def _near(
         raise LakeError(
             f"commits {seqs.tolist()}: a document in a near-dedup pair has no sets: report a bug"
         )
-    a, b = (both["sets"].take(pa.array(w)) for w in where)
-    return near_flags(a, b, params["min_matches"], params["num"], params["den"])
+    # A slice of the pairs at a time: each side's sets are copied for the test, and a run's
+    # pairs with many near copies in the lake are millions.
+    flags = [np.zeros(0, dtype=bool)]
+    for lo in range(0, len(src), NEAR_SLICE):
+        a, b = (both["sets"].take(pa.array(w[lo : lo + NEAR_SLICE])) for w in where)
+        flags.append(near_flags(a, b, params["min_matches"], params["num"], params["den"]))
+    return np.concatenate(flags)
 
 
 def _sets(table: pa.Table) -> pa.Table:
@@ -164,8 +171,16 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 runs.push(*keep(source.rows(SignatureFiles(Path(folder), column))), ordered=True)
             elif op == "search_source":  # a run's band files: its part of the needles
                 folder, column, sources, below = args
-                rows = rows_of_sources(sources, SignatureFiles(Path(folder), column), keep)
-                out = runs.search(*rows, below)
+                files = SignatureFiles(Path(folder), column)
+                # Chunk by chunk, each chunk's pairs made distinct before the next is searched:
+                # a pair comes once per band it shares, and with many near copies in the lake
+                # the run's pairs of all bands at once took hundreds of MiB (issue 14).
+                out = _joined(
+                    [
+                        distinct_pairs(*runs.search(*rows_of_sources([source], files, keep), below))
+                        for source in sources
+                    ]
+                )
             elif op == "chunk_pairs":  # the run's own pairs, in this shard's buckets
                 folder, column, sources = args
                 files = SignatureFiles(Path(folder), column)
@@ -200,7 +215,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
 
 
 def _joined(found: list[tuple[I64, I64]]) -> tuple[I64, I64]:
-    """The shards' (src, dst) answers as one pair of arrays."""
+    """(src, dst) answers (of the shards, or of a run's chunks) as one pair of arrays."""
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 

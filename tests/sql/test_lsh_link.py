@@ -419,3 +419,39 @@ def test_a_lake_label_flows_along_an_in_chunk_edge(tmp_path: Path, deciders: int
     bands["C"] = list(bands["K"])
     got = _by_hand(tmp_path, deciders, sigs, bands, ["K", "ABC"])
     assert got == {"K": None, "A": "K", "B": "K", "C": "K"}
+
+
+def test_a_decider_tests_a_runs_pairs_a_slice_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decider copies both sides' sets of the pairs it tests: it tests them a slice at a time
+    (a run's pairs with many near copies are millions), and the flags are those of one pass,
+    each pair's sets read from the right chunk of the run."""
+    from lakecurate.store import band_shards
+
+    texts, sig, bands = columns(chain_corpus(), EXACT)
+    half = len(texts) // 2
+    chunks = []
+    for ordinal, rows in enumerate((np.arange(half), np.arange(half, len(texts)))):
+        table = band_index.chunk_table(
+            band_index.make_doc_seq(ordinal, np.arange(len(rows))),
+            [f"d{i}" for i in rows],
+            sig.take(rows),
+            bands.take(rows),
+        )
+        (sets, _) = worker_files(tmp_path, ordinal, table)
+        chunks.append((ordinal, sets.file.path.uri, table["doc_seq"].to_numpy()))
+    later = chunks[1][2]
+    every = np.concatenate([chunks[0][2], later])
+    src = np.repeat(later, len(every))
+    dst = np.tile(every, len(later))
+    src, dst = src[dst < src], dst[dst < src]
+    run = [(seq, uri) for seq, uri, _ in chunks]
+    params = band_index.NearDedupIndex(None, EXACT).near_params  # type: ignore[arg-type]
+    whole = band_shards._near(str(tmp_path / "lake"), run, src, dst, params)
+    monkeypatch.setattr(band_shards, "NEAR_SLICE", 7)
+    assert np.array_equal(band_shards._near(str(tmp_path / "lake"), run, src, dst, params), whole)
+    assert 0 < whole.sum() < len(whole)
+    a, b = (sig.take(pa.array((x & 0xFFFFFFFF) + half * (x >> 32))) for x in (src, dst))
+    expected = signatures.near_flags(a, b, params["min_matches"], params["num"], params["den"])
+    assert np.array_equal(whole, expected)
