@@ -39,7 +39,7 @@ from lakecurate.store.band_cache import (
 )
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.doc_cache import DocCache
-from lakecurate.store.signatures import ChunkSets, SignatureFiles
+from lakecurate.store.signatures import ChunkSets, SignatureFiles, by_chunk
 
 I64 = npt.NDArray[np.int64]
 Tester = Callable[[tuple[I64, I64]], tuple[I64, I64]]
@@ -565,13 +565,12 @@ class NearDedupIndex:
         names is in a pair too); none without verification."""
         if not self.cfg.verify:
             return self.signatures.read([])
-        if not sets:
-            sets = [ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs))]  # any seq: read by doc_seq
         needed = self.con.sql(engine.q("dedup.chunk_signatures_needed")).fetchnumpy()["doc_seq"]
-        needed = np.asarray(needed, dtype=np.int64)
-        if len(sets) == 1:
-            return sets[0].read(needed)
-        return pa.concat_tables([s.read(needed[(needed >> ROW_BITS) == s.seq]) for s in sets])
+        if not sets:  # the signature column, keyed by doc_seq whichever chunk of the run
+            return ChunkSets.of_docs(lo >> ROW_BITS, _typed(docs)).read(needed)
+        of_seq = {s.seq: s for s in sets}
+        parts = [of_seq[seq].read(mine) for seq, mine in by_chunk(needed)]
+        return pa.concat_tables(parts) if parts else sets[0].read([])
 
     def add_chunk(
         self,

@@ -54,12 +54,11 @@ from lakecurate.store.band_cache import (
     Runs,
     by_hash,
     chunk_pairs,
-    distinct_pairs,
     rows_of_sources,
 )
 from lakecurate.store.key_cache import KeyRuns, Listed
 from lakecurate.store.key_files import read_files
-from lakecurate.store.signatures import ChunkSets, SignatureFiles
+from lakecurate.store.signatures import ChunkSets, SignatureFiles, by_chunk
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
 START_SECONDS = 120.0  # how long a shard may take to start (its imports) before it is given up
@@ -87,13 +86,12 @@ def _near(
     from its workers' sets files (``chunks``: each chunk's commit seq and file's uri), the
     earlier ones' from the lake's signature files, or from the run's files when the earlier
     one is the run's too (its own pairs, the label rounds)."""
-    seqs = np.array([seq for seq, _ in chunks], dtype=np.int64)
+    uris = dict(chunks)
+    seqs = np.array(list(uris), dtype=np.int64)
     own = np.isin(dst >> ROW_BITS, seqs)
-    asked = np.union1d(src, dst[own])
     mine = [
-        _sets(ChunkSets.of_file(seq, Location(uri)).read(asked[(asked >> ROW_BITS) == seq]))
-        for seq, uri in chunks
-        if ((asked >> ROW_BITS) == seq).any()
+        _sets(ChunkSets.of_file(seq, Location(uris[seq])).read(asked))
+        for seq, asked in by_chunk(np.union1d(src, dst[own]))
     ]
     lake = _sets(SignatureFiles(Path(folder)).read(dst[~own]))
     if mine:
@@ -107,8 +105,8 @@ def _near(
         raise LakeError(
             f"commits {seqs.tolist()}: a document in a near-dedup pair has no sets: report a bug"
         )
-    # A slice of the pairs at a time: each side's sets are copied for the test, and a run's
-    # pairs with many near copies in the lake are millions.
+    # A slice of the pairs at a time: each side's sets are copied for the test, so one pass
+    # held two copies of the sets of every pair of the request.
     flags = [np.zeros(0, dtype=bool)]
     for lo in range(0, len(src), NEAR_SLICE):
         a, b = (both["sets"].take(pa.array(w[lo : lo + NEAR_SLICE])) for w in where)
@@ -171,16 +169,8 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 runs.push(*keep(source.rows(SignatureFiles(Path(folder), column))), ordered=True)
             elif op == "search_source":  # a run's band files: its part of the needles
                 folder, column, sources, below = args
-                files = SignatureFiles(Path(folder), column)
-                # Chunk by chunk, each chunk's pairs made distinct before the next is searched:
-                # a pair comes once per band it shares, and with many near copies in the lake
-                # the run's pairs of all bands at once took hundreds of MiB (issue 14).
-                out = _joined(
-                    [
-                        distinct_pairs(*runs.search(*rows_of_sources([source], files, keep), below))
-                        for source in sources
-                    ]
-                )
+                rows = rows_of_sources(sources, SignatureFiles(Path(folder), column), keep)
+                out = runs.search(*rows, below)
             elif op == "chunk_pairs":  # the run's own pairs, in this shard's buckets
                 folder, column, sources = args
                 files = SignatureFiles(Path(folder), column)
@@ -215,7 +205,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
 
 
 def _joined(found: list[tuple[I64, I64]]) -> tuple[I64, I64]:
-    """(src, dst) answers (of the shards, or of a run's chunks) as one pair of arrays."""
+    """The shards' (src, dst) answers as one pair of arrays."""
     return np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
 
 

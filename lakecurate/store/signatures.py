@@ -217,6 +217,14 @@ class SignatureFiles:
         return table.filter(pc.is_valid(table[column])).cast(keyed_schema(column))
 
 
+def by_chunk(doc_seqs: npt.ArrayLike) -> list[tuple[int, npt.NDArray[np.int64]]]:
+    """Documents of a run of chunks split by chunk: (commit seq, its doc_seqs ascending) for
+    each chunk with any, in seq order (a run's sets are read chunk file by chunk file)."""
+    asked = np.unique(np.asarray(doc_seqs, dtype=np.int64))
+    cuts = np.flatnonzero(np.diff(asked >> ROW_BITS)) + 1
+    return [(int(part[0] >> ROW_BITS), part) for part in np.split(asked, cuts) if len(part)]
+
+
 class ChunkSets:
     """The sets (or signatures) of the chunk being decided, commit ``seq``: a column the driver
     holds (it signed the committed text itself: recovery, a re-decision, the SQL tests), or the
