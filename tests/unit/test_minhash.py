@@ -349,12 +349,19 @@ def test_exact_test_is_the_jaccard_in_integers() -> None:
         )
 
 
-def test_common_shingles_udf_counts_the_intersection_row_by_row() -> None:
+@pytest.mark.parametrize("budget", [1 << 21, 1000, 1], ids=["whole", "rows", "under a row"])
+def test_common_shingles_udf_counts_the_intersection_row_by_row(
+    budget: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``nd_common`` (the Arrow UDF of the SQL test): sets of every size, empty and NULL rows,
-    and a sliced column (DuckDB hands UDFs slices of its vectors)."""
+    and a sliced column (DuckDB hands UDFs slices of its vectors); all at once, a few rows at
+    a time, and one row at a time when a row's sets alone are past the budget
+    (``minhash.COMMON_VALUES``)."""
     import pyarrow as pa
 
     from lakecurate.steps.near.signatures import common_shingles
+
+    monkeypatch.setattr(mh, "COMMON_VALUES", budget)
 
     rng = random.Random(19)
     left: list[list[int] | None] = []
