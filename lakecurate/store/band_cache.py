@@ -32,14 +32,12 @@ from lakecurate import engine
 from lakecurate.errors import LakeError
 from lakecurate.lake.storage import Location
 from lakecurate.store.runs import SortedRun, push_run
-from lakecurate.store.signatures import ChunkSets, SignatureFiles
+from lakecurate.store.signatures import ROW_BITS, ChunkSets, SignatureFiles
 
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 Rows = tuple[U64, U8, I64]
-
-ROW_BITS = 32  # doc_seq = commit seq << ROW_BITS | row (band_index.make_doc_seq)
 
 
 class _Run(SortedRun):

@@ -39,14 +39,11 @@ from lakecurate.store.band_cache import (
 )
 from lakecurate.store.band_shards import Shards
 from lakecurate.store.doc_cache import DocCache
-from lakecurate.store.signatures import ChunkSets, SignatureFiles, by_chunk
+from lakecurate.store.signatures import ROW_BITS, ChunkSets, SignatureFiles, by_chunk
 
 I64 = npt.NDArray[np.int64]
 Tester = Callable[[tuple[I64, I64]], tuple[I64, I64]]
 """Which of some (chunk document, earlier document) pairs are near: decider processes' test."""
-
-ROW_BITS = 32
-"""doc_seq = (chunk ordinal << ROW_BITS) | row: a chunk holds fewer than 2**32 documents."""
 
 MAX_ROUNDS = 10_000
 

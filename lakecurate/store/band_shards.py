@@ -45,7 +45,6 @@ from lakecurate.lake.storage import Location
 from lakecurate.steps.near.signatures import near_flags
 from lakecurate.store.band_cache import (
     I64,
-    ROW_BITS,
     U8,
     U64,
     BandSource,
@@ -58,7 +57,7 @@ from lakecurate.store.band_cache import (
 )
 from lakecurate.store.key_cache import KeyRuns, Listed
 from lakecurate.store.key_files import read_files
-from lakecurate.store.signatures import ChunkSets, SignatureFiles, by_chunk
+from lakecurate.store.signatures import ROW_BITS, ChunkSets, SignatureFiles, by_chunk
 
 STOP_SECONDS = 5.0  # how long a shard may take to stop before it is killed
 START_SECONDS = 120.0  # how long a shard may take to start (its imports) before it is given up

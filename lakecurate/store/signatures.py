@@ -41,7 +41,8 @@ from lakecurate.lake import sets
 from lakecurate.lake.storage import Location
 
 ROW_BITS = 32
-"""doc_seq = (commit seq << ROW_BITS) | row (``band_index.make_doc_seq``)."""
+"""doc_seq = (commit seq << ROW_BITS) | row (``band_index.make_doc_seq``): a chunk holds fewer
+than 2**32 documents. Defined here only; the band index, its cache and its shards use it."""
 _ROW_MASK = (1 << ROW_BITS) - 1
 
 
