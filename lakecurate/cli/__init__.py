@@ -640,7 +640,7 @@ def dedup_stats_cmd(lake_path: str, largest: int, fmt: str) -> None:
 @_lake_option
 @click.option("--target-size", default=None, help="Target file size (default: 100MiB).")
 def compact_cmd(lake_path: str, target_size: str | None) -> None:
-    """Rewrite the table's small files into large ones.
+    """Rewrite the table's small files into large ones, and the index's key files.
 
     A new version; the documents, the commit watermark and every older version are unchanged.
     """
@@ -649,7 +649,8 @@ def compact_cmd(lake_path: str, target_size: str | None) -> None:
     r = _open(lake_path).compact(parse_size(target_size, "--target-size") if target_size else None)
     click.echo(
         f"compacted {r.files_before} file(s) into {r.files_after} ({r.rows:,} rows): "
-        f"version {r.version_before} -> {r.version_after}"
+        f"version {r.version_before} -> {r.version_after}; the index's key files "
+        f"{r.key_files_before} -> {r.key_files_after}"
     )
 
 

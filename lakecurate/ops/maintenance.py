@@ -23,6 +23,7 @@ from lakecurate.lake.delta import DeltaStore
 from lakecurate.lake.paths import LakePaths
 from lakecurate.lake.record import CommitRecord
 from lakecurate.lake.storage import Location
+from lakecurate.store.key_files import SPACES
 from lakecurate.store.session import write_session
 
 
@@ -36,6 +37,8 @@ class CompactReport:
     files_after: int
     rows: int
     watermark: int
+    key_files_before: int = 0  # the membership index's key files (``KeyFiles.compact``)
+    key_files_after: int = 0
 
 
 @dataclass
@@ -72,12 +75,23 @@ def compact(paths: LakePaths, cfg: Config | None, target_size: int | None = None
                 f"compaction changed the table (watermark {watermark} -> {after.watermark()}, "
                 f"rows {rows} -> {_rows(after)}): restore version {version}"
             )
+        # The index's key files too: one per ingest batch, each opened by every cache load.
+        with session.state.transaction():
+            merged = [session.index.files.compact(space) for space in SPACES]
         report = CompactReport(
-            version, after.version(), files, len(after.referenced_files()), rows, watermark
+            version,
+            after.version(),
+            files,
+            len(after.referenced_files()),
+            rows,
+            watermark,
+            sum(b for b, _ in merged),
+            sum(a for _, a in merged),
         )
         session.finish(
             "OK",
-            f"compacted {files} file(s) into {report.files_after}; version {report.version_after}",
+            f"compacted {files} file(s) into {report.files_after}; version {report.version_after}; "
+            f"key files {report.key_files_before} -> {report.key_files_after}",
         )
         return report
 

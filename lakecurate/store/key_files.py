@@ -35,6 +35,8 @@ from lakecurate.lake import atomic
 from lakecurate.lake.paths import key_folder
 
 SPACES = ("content", "ids")  # the keys of `state.KEY_TABLES`
+KEY_FILE_ROWS = 4_000_000
+"""Keys ``KeyFiles.compact`` puts in one file: about 130 MB of memory while it merges them."""
 
 
 def _schema(space: str) -> pa.Schema:
@@ -86,6 +88,37 @@ class KeyFiles:
         finally:
             self.con.unregister("key_file_rows")
         return name
+
+    def compact(self, space: str, target_rows: int | None = None) -> tuple[int, int]:
+        """Merge runs of consecutive small files of ``space`` into files of about
+        ``target_rows`` keys (in the caller's transaction; the merged files become leftovers
+        for ``sweep``); returns (files before, after). An ingest writes a file per batch and
+        every load of a key cache opens each one (about 0.7 ms a file), so a long-lived lake
+        gathers thousands; a file at the target already is never read again. Keys keep
+        their order, and only the rows of registered seqs are copied."""
+        target_rows = KEY_FILE_ROWS if target_rows is None else target_rows
+        sizes = dict(self.con.execute(engine.q("index.file_rows"), {"space": space}).fetchall())
+        listed = self.listed(space)
+        groups: list[list[tuple[str, list[int]]]] = [[]]
+        rows = 0
+        for name, seqs in listed:
+            if rows + sizes[name] > target_rows and groups[-1]:
+                groups.append([])
+                rows = 0
+            groups[-1].append((name, seqs))
+            rows += sizes[name]
+        after = len(listed)
+        for group in groups:
+            if len(group) < 2:
+                continue
+            keys = read_files(self.folder, space, group)
+            self.con.execute(
+                engine.q("index.unregister_files"),
+                {"space": space, "files": [name for name, _ in group]},
+            )
+            self.write(space, keys)
+            after -= len(group) - 1
+        return len(listed), after
 
     def forget(self, seqs: Sequence[int], space: str | None = None) -> None:
         """The commits ``seqs`` leave the index (of ``space``, or of both)."""

@@ -42,6 +42,16 @@ SELECT file, list(seq ORDER BY seq) FROM index_files
 WHERE space = $space AND seq > $since
 GROUP BY file ORDER BY min(seq), file;
 
+-- name: file_rows
+-- Each file of `$space` with its registered keys, oldest file first (`registered_files`'s order).
+SELECT file, sum(rows) FROM index_files WHERE space = $space
+GROUP BY file ORDER BY min(seq), file;
+
+-- name: unregister_files
+-- A compaction's merged files leave the registry (their keys are registered under the new file
+-- in the same transaction); `sweep` deletes them.
+DELETE FROM index_files WHERE space = $space AND file IN (SELECT unnest($files::VARCHAR[]));
+
 -- name: named_files
 SELECT DISTINCT file FROM index_files;
 
