@@ -16,7 +16,7 @@ chunk decided, its index rows written ahead of its group's Delta commit), ``befo
 files), ``delta_log_append`` (a commit file of the Delta log written and synced under its
 temp name, not yet the version), ``after_delta_commit``, ``during_state_update`` (inside the
 DuckDB transaction after a commit), ``export_shard`` (an export shard published, the next not
-begun).
+begun), ``near_meta`` (a new near-dedup index's rule recorded, its MinHash fingerprint not yet).
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from helpers import (
+    NEAR_CONFIG,
     SMALL_CONFIG,
     TEST_DEFAULT_PRESET,
     lake_rows,
@@ -47,16 +49,53 @@ def small_cfg(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def small_reference(
-    corpus: Path, small_cfg: Path, tmp_path_factory: pytest.TempPathFactory
-) -> list[tuple[object, ...]]:
-    """``lake_rows`` of one uninterrupted ingest of ``corpus`` with ``small_cfg``: what every
-    crashed, full-disk or broken-worker run must end up equal to."""
+def small_lake(corpus: Path, small_cfg: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One uninterrupted ingest of ``corpus`` with ``small_cfg`` (two workers), made once per
+    session. Never written to: a test that needs such a lake of its own copies it
+    (``shutil.copytree``: the same files, as a new ingest would write them)."""
     from lakecurate import Lake
 
     lake = tmp_path_factory.mktemp("small-ref") / "lake"
     assert Lake.open(lake).ingest([corpus], config=small_cfg, workers=2).ok
-    return lake_rows(lake)
+    return lake
+
+
+@pytest.fixture(scope="session")
+def near_lake(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ingest of ``corpus`` with ``NEAR_CONFIG`` (two workers; near dedup with the default
+    rule, link = "kept"), made once per session. Never written to: copy it to start from it."""
+    from lakecurate import Lake
+
+    folder = tmp_path_factory.mktemp("near-ref")
+    (folder / "lakecurate.toml").write_text(NEAR_CONFIG, encoding="utf-8")
+    lake = folder / "lake"
+    assert Lake.open(lake).ingest([corpus], config=folder / "lakecurate.toml", workers=2).ok
+    return lake
+
+
+@pytest.fixture(scope="session")
+def first_part(
+    corpus: Path, small_cfg: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Path]:
+    """(folder, lake): the corpus's books.parquet and forum.jsonl.zst in a folder of their own,
+    and that folder ingested with ``small_cfg``, once per session. Neither is ever written to:
+    copy the lake to start from it (its inputs stay where they are)."""
+    from lakecurate import Lake
+
+    root = tmp_path_factory.mktemp("first-part")
+    folder = root / "first"
+    folder.mkdir()
+    for name in ("books.parquet", "forum.jsonl.zst"):
+        shutil.copy(corpus / name, folder / name)
+    assert Lake.open(root / "lake").ingest([folder], config=small_cfg).ok
+    return folder, root / "lake"
+
+
+@pytest.fixture(scope="session")
+def small_reference(small_lake: Path) -> list[tuple[object, ...]]:
+    """``lake_rows`` of ``small_lake``: what every crashed, full-disk or broken-worker run must
+    end up equal to."""
+    return lake_rows(small_lake)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from duckdb.func import FunctionNullHandling, PythonUDFType
 
-from lakecurate import engine
+from lakecurate import engine, faults
 from lakecurate.config import NEAR_LINKS, Config, NearDedupConfig, NearLink
 from lakecurate.errors import LakeError
 from lakecurate.schema import BANDS_COLUMN, SIGNATURE_COLUMN
@@ -308,9 +308,7 @@ class NearDedupIndex:
         row = rows[0] if rows else None
         fp = minhash.fingerprint(self.cfg)
         links = self.con.execute(engine.q("dedup.get_meta"), {"key": "link"}).fetchall()
-        if row is None:
-            self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})
-        elif row[0] != fp:
+        if row is not None and row[0] != fp:
             raise LakeError(
                 f"the lake's near-dedup index was built with MinHash settings {row[0]}, the config "
                 f"now gives {fp} (num_perm, ngram, seed, unit, bands or rows changed, or another "
@@ -320,13 +318,19 @@ class NearDedupIndex:
         # An index made before the rule was recorded used the only rule there was: "any".
         stored = links[0][0] if links else ("any" if row is not None else None)
         if stored is None:
+            # The rule before the fingerprint: a fingerprint alone means a lake from before the
+            # rule was recorded ("any"), so a kill between the two once left a new lake that
+            # refused its own config on the next run (found by the chaos test).
             self.con.execute(engine.q("dedup.put_meta"), {"key": "link", "value": self.link})
+            faults.hit("near_meta", "link")
         elif stored != self.link:
             raise LakeError(
                 f'the lake\'s near-dedup index was built with [near_dedup].link = "{stored}", '
                 f'the config now gives "{self.link}": the clusters of one rule cannot be extended '
                 f'with the other. Restore link = "{stored}", or use a new lake for the new rule'
             )
+        if row is None:
+            self.con.execute(engine.q("dedup.put_meta"), {"key": "fingerprint", "value": fp})
         # Layouts before kept what is now in files in the database: move it out once (a kill
         # before the drop leaves it in, and the next open writes the same files again).
         self._move_out(

@@ -14,6 +14,7 @@ import importlib.util
 import io
 import json
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -480,11 +481,10 @@ def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch: pytest.Monke
     assert _generator().render() == DOC.read_text(encoding="utf-8")
 
 
-def test_verify_index_stats_and_dedup_stats_commands(tmp_path: Path, corpus: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
-    cfg = tmp_path / "near.toml"
-    cfg.write_text('[ingest]\nchunk_size = "64KiB"\n\n[near_dedup]\nenabled = true\n')
-    lake = tmp_path / "lake"
-    assert run_cli("ingest", corpus, "--lake", lake, "--config", cfg).returncode == 0
+def test_verify_index_stats_and_dedup_stats_commands(
+    tmp_path: Path, near_lake: Path, run_cli: RunCli
+) -> None:
+    lake = Path(shutil.copytree(near_lake, tmp_path / "lake"))  # the corpus, near dedup on
     ok = run_cli("verify", "--lake", lake)
     assert ok.returncode == 0 and ok.stdout.startswith("ok:")
     stats = run_cli("index", "stats", "--lake", lake, "--format", "json")

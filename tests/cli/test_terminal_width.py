@@ -7,10 +7,11 @@ terminal, the key columns there, the others named as hidden and all in `--format
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_CONFIG, run_lakecurate
+from helpers import run_lakecurate
 
 from lakecurate import Lake
 
@@ -18,15 +19,12 @@ WIDTHS = [100, 200]
 
 
 @pytest.fixture(scope="module")
-def lake(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The corpus ingested (a commit), then compacted (a second one)."""
-    base = tmp_path_factory.mktemp("width")
-    cfg = base / "lakecurate.toml"
-    cfg.write_text(SMALL_CONFIG, encoding="utf-8")
-    path = base / "lake"
-    for args in (("ingest", corpus, "--config", cfg), ("compact",)):
-        proc = run_lakecurate(*args, "--lake", path)
-        assert proc.returncode == 0, proc.stderr
+def lake(small_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus ingested (a commit: a copy of the session's ``small_lake``), then compacted
+    (a second one)."""
+    path = Path(shutil.copytree(small_lake, tmp_path_factory.mktemp("width") / "lake"))
+    proc = run_lakecurate("compact", "--lake", path)
+    assert proc.returncode == 0, proc.stderr
     return path
 
 

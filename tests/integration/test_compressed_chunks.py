@@ -5,6 +5,7 @@ the chunks in flight."""
 from __future__ import annotations
 
 import gzip
+import shutil
 import signal
 from pathlib import Path
 
@@ -26,24 +27,36 @@ def _as_text(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
     return [(str(r[0]).split("_")[-2], r[1], r[3], r[4], r[5]) for r in rows]
 
 
+@pytest.fixture(scope="module")
+def plain(
+    corpus: Path, small_cfg: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[object, ...]]:
+    """``lake_rows`` of web_a.jsonl as it is, ingested once for both compressions."""
+    folder = tmp_path_factory.mktemp("plain")
+    (folder / "plain").mkdir()
+    shutil.copy(corpus / "web_a.jsonl", folder / "plain" / "web_a.jsonl")
+    lake = folder / "lake-plain"
+    assert Lake.open(lake).ingest([folder / "plain"], config=small_cfg, workers=2).ok
+    return lake_rows(lake)
+
+
 @pytest.mark.parametrize("name", ["web_a.jsonl.gz", "web_a.jsonl.zst"])
 def test_a_large_compressed_file_is_decided_as_its_text(
-    corpus: Path, config_file: Path, tmp_path: Path, name: str
+    corpus: Path,
+    config_file: Path,
+    tmp_path: Path,
+    name: str,
+    plain: list[tuple[object, ...]],
 ) -> None:
     raw = (corpus / "web_a.jsonl").read_bytes()
-    (tmp_path / "plain").mkdir()
-    (tmp_path / "plain" / "web_a.jsonl").write_bytes(raw)
     (tmp_path / "packed").mkdir()
     (tmp_path / "packed" / name).write_bytes(_compress(name, raw))
-    lakes = {}
-    for kind in ("plain", "packed"):
-        lakes[kind] = tmp_path / f"lake-{kind}"
-        res = Lake.open(lakes[kind]).ingest([tmp_path / kind], config=config_file, workers=2)
-        assert res.ok
-    plain, packed = lake_rows(lakes["plain"]), lake_rows(lakes["packed"])
+    lake = tmp_path / "lake-packed"
+    assert Lake.open(lake).ingest([tmp_path / "packed"], config=config_file, workers=2).ok
+    packed = lake_rows(lake)
     assert len({r[0] for r in packed}) == len(raw) // (64 << 10) + 1 > 4  # 64 KiB chunks
     assert _as_text(packed) == _as_text(plain)
-    keys = Lake.open(lakes["packed"]).sql("SELECT count(*) FROM chunks WHERE byte_end > 0")
+    keys = Lake.open(lake).sql("SELECT count(*) FROM chunks WHERE byte_end > 0")
     assert keys.rows == [(len({r[0] for r in packed}),)]
 
 

@@ -136,22 +136,18 @@ def _stop(*procs: subprocess.Popen[str]) -> None:
         proc.communicate(timeout=30)
 
 
-def _part(corpus: Path, tmp_path: Path) -> Path:
-    first = tmp_path / "first"
-    first.mkdir()
-    for name in ("books.parquet", "forum.jsonl.zst"):
-        shutil.copy(corpus / name, first / name)
-    return first
+def _part(first_part: tuple[Path, Path], tmp_path: Path) -> Lake:
+    """A lake of the corpus's books and forum files of its own (a copy of ``first_part``'s)."""
+    return Lake.open(shutil.copytree(first_part[1], tmp_path / "lake"))
 
 
 def test_readers_never_block_a_writer(
-    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+    corpus: Path, first_part: tuple[Path, Path], tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]
     """A reader with an open connection and a long export run while ingest, compact, retry
     and restore write the lake: none of them is refused (they were, with "open for writing
     by another process"), and the readers finish with what they started from."""
-    lake = tmp_path / "lake"
-    assert Lake.open(lake).ingest([_part(corpus, tmp_path)], config=config_file).ok
+    lake = _part(first_part, tmp_path).root
     done = tmp_path / "writers-done"
     reader = _child(_OPEN_READER, lake, done)
     export = _child(_EXPORT, lake, tmp_path / "out", done)  # holds its first shard till done
@@ -219,14 +215,13 @@ def test_a_writer_waits_for_a_reader_copying_the_state(tmp_path: Path) -> None:
 
 
 def test_sql_during_a_write_reads_the_version_its_snapshot_names(
-    corpus: Path, config_file: Path, tmp_path: Path, run_cli
+    corpus: Path, first_part: tuple[Path, Path], tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]
     """While a writer holds the lake, readers use its last snapshot: the documents are the
     Delta version that snapshot names, not a newer one (D18: docs must equal the kept rows
     of the SUCCESS chunks the reader sees)."""
-    lake = tmp_path / "lake"
-    first = Lake.open(lake)
-    assert first.ingest([_part(corpus, tmp_path)], config=config_file).ok
+    first = _part(first_part, tmp_path)
+    lake = first.root
     old_snapshot = (lake / SNAPSHOT_NAME).read_bytes()
     (kept_then, version_then) = first.sql(
         "SELECT sum(rows_kept), max(delta_version) FROM chunks WHERE status = 'SUCCESS'"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import SMALL_CONFIG
 
 from lakecurate import Lake
 from lakecurate.errors import LakeError
@@ -20,16 +19,12 @@ from lakecurate.read.export import MANIFEST, sha256_of, verify
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Lake:
-    """Two ingests: books + forum, then everything (a later version with more documents)."""
-    root = tmp_path_factory.mktemp("export")
-    first = root / "first"
-    first.mkdir()
-    for name in ("books.parquet", "forum.jsonl.zst"):
-        shutil.copy(corpus / name, first / name)
-    (root / "lakecurate.toml").write_text(SMALL_CONFIG, encoding="utf-8")
-    lake = Lake.open(root / "lake")
-    assert lake.ingest([first], config=root / "lakecurate.toml").ok
+def lake(
+    tmp_path_factory: pytest.TempPathFactory, corpus: Path, first_part: tuple[Path, Path]
+) -> Lake:
+    """Two ingests: books + forum (the session's ``first_part``, copied), then everything (a
+    later version with more documents)."""
+    lake = Lake.open(shutil.copytree(first_part[1], tmp_path_factory.mktemp("export") / "lake"))
     assert lake.ingest([corpus]).ok
     return lake
 

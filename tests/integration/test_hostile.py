@@ -779,8 +779,8 @@ print("largest process", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss 
 
 @pytest.mark.parametrize("fmt", ["gz", "zst"])
 def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path, fmt: str) -> None:
-    """2 GiB in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB (here 1 GiB,
-    thirty-two times the limit: the run's time is the planner decompressing it). Lines are cut
+    """2 GiB in 4.6 MB of gzip (0.2 MB of zstd) once drove a worker past 9.5 GB (here 256 MiB,
+    eight times the limit: the run's time is the planner decompressing it). Lines are cut
     into chunks of ``chunk_size`` now, so the bomb is one endless line: past
     ``max_compressed_chunk_bytes`` its chunk is DEAD on its first attempt, and no process of the
     run (the planner reads the whole stream) grows with the decompressed size."""
@@ -793,7 +793,7 @@ def test_a_compression_bomb_is_dead_at_once_with_bounded_memory(tmp_path: Path, 
             if fmt == "gz"
             else zstandard.compress(b'{"text": "')
         )
-        for _ in range(16):  # members / frames concatenate into one 1 GiB stream
+        for _ in range(4):  # members / frames concatenate into one 256 MiB stream
             f.write(member)
     assert bomb.stat().st_size < 3 << 20
     fine = tmp_path / "fine.jsonl"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from helpers import key_tables, lake_rows
+from helpers import SMALL_CONFIG, key_tables, lake_rows
 
 from lakecurate import Lake
 from lakecurate.errors import LakeError
@@ -64,22 +64,29 @@ def test_tier2_sees_only_the_keys_tier1_cannot_rule_out(tmp_path: Path) -> None:
     state.close()
 
 
-def _first_part(corpus: Path, config_file: Path, tmp_path: Path) -> tuple[Lake, Path, list[Path]]:
-    """A lake of the corpus's first two files; returns it, the whole corpus and those files."""
-    data = tmp_path / "data"
+@pytest.fixture(scope="module")
+def two_step(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Lake]:
+    """Made once for the module, never written afterwards: a copy of the corpus, a lake of its
+    first two files, and the lake a clean two-step ingest (those files, then all of the copy)
+    gives."""
+    folder = tmp_path_factory.mktemp("index")
+    config = folder / "lakecurate.toml"
+    config.write_text(SMALL_CONFIG, encoding="utf-8")
+    data = folder / "data"
     shutil.copytree(corpus, data)
-    lake = Lake.open(tmp_path / "lake")
     first = sorted(data.iterdir())[:2]
-    assert lake.ingest(first, config=config_file).ok
-    return lake, data, first
-
-
-def _clean_twin(data: Path, first: list[Path], config_file: Path, tmp_path: Path) -> Lake:
-    """The lake a clean two-step ingest (``first``, then all of ``data``) gives."""
-    twin = Lake.open(tmp_path / "twin")
-    assert twin.ingest(first, config=config_file).ok
+    assert Lake.open(folder / "first").ingest(first, config=config).ok
+    twin = Lake.open(folder / "twin")
+    assert twin.ingest(first, config=config).ok
     assert twin.ingest([data]).ok
-    return twin
+    return data, folder / "first", twin
+
+
+def _first_part(two_step: tuple[Path, Path, Lake], tmp_path: Path) -> tuple[Lake, Path, Lake]:
+    """A lake of the corpus's first two files (a copy of the module's, the test's own); returns
+    it, the whole corpus and the clean two-step twin to compare with."""
+    data, first, twin = two_step
+    return Lake.open(shutil.copytree(first, tmp_path / "lake")), data, twin
 
 
 @pytest.mark.parametrize(  # the default run keeps "flip"; `-m slow` runs the other damages
@@ -92,9 +99,9 @@ def _clean_twin(data: Path, first: list[Path], config_file: Path, tmp_path: Path
     ],
 )
 def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
-    damage: str, corpus: Path, config_file: Path, tmp_path: Path
+    damage: str, two_step: tuple[Path, Path, Lake], tmp_path: Path
 ) -> None:
-    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake, data, twin = _first_part(two_step, tmp_path)
     lake_dir = lake.root
     bloom_file = lake_dir / "index" / "content.bloom"
     assert bloom_file.exists()
@@ -113,7 +120,6 @@ def test_a_damaged_index_file_is_rebuilt_and_results_stay_exact(
     warnings = [n for n in report.notes if "content.bloom" in n]
     assert len(warnings) == 1 and "rebuilt from state.duckdb" in warnings[0]
     # exactly the lake a clean two-step ingest gives
-    twin = _clean_twin(data, first, config_file, tmp_path)
     assert lake_rows(lake_dir) == lake_rows(twin.root)
     # and the rebuilt file is good again: the next run loads it without a word
     assert not [n for n in lake.ingest([data]).notes if "bloom" in n]
@@ -311,18 +317,17 @@ def test_a_batch_of_chunks_writes_one_key_file_per_space(tmp_path: Path) -> None
 
 
 def test_a_lost_key_file_is_written_again_from_the_table(
-    corpus: Path, config_file: Path, tmp_path: Path
+    two_step: tuple[Path, Path, Lake], tmp_path: Path
 ) -> None:
     """Tier 2's key files are derived from the table: the index folder deleted, the next
     run writes the index again (and says so), and the lake ends as a clean one."""
-    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake, data, twin = _first_part(two_step, tmp_path)
     lake_dir = lake.root
     shutil.rmtree(lake_dir / "index")
     report = lake.ingest([data])
     assert report.ok
     assert any("wrote the index again from the table" in n for n in report.notes), report.notes
     assert lake.verify().ok
-    twin = _clean_twin(data, first, config_file, tmp_path)
     assert lake_rows(lake_dir) == lake_rows(twin.root)
     assert (
         lake.sql("SELECT count(*) FROM content_hashes").rows
@@ -331,11 +336,11 @@ def test_a_lost_key_file_is_written_again_from_the_table(
 
 
 def test_a_torn_key_file_is_named_and_written_again_by_repair(
-    corpus: Path, config_file: Path, tmp_path: Path
+    two_step: tuple[Path, Path, Lake], tmp_path: Path
 ) -> None:
     """A key file cut short stops the run that reads it with the file named and the way out;
     `verify` reports it and `verify --repair` writes the index again from the table."""
-    lake, data, first = _first_part(corpus, config_file, tmp_path)
+    lake, data, twin = _first_part(two_step, tmp_path)
     lake_dir = lake.root
     victim = sorted((lake_dir / "index" / "keys").glob("content-*.parquet"))[0]
     victim.write_bytes(victim.read_bytes()[:100])
@@ -348,7 +353,6 @@ def test_a_torn_key_file_is_named_and_written_again_by_repair(
     assert lake.verify(repair=True).ok
     assert lake.verify().ok
     assert lake.ingest([data]).ok
-    twin = _clean_twin(data, first, config_file, tmp_path)
     assert lake_rows(lake_dir) == lake_rows(twin.root)
 
 

@@ -18,16 +18,10 @@ def delta_versions(lake: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def reference(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One clean, uninterrupted ingest of the corpus with two workers."""
-    lake = tmp_path_factory.mktemp("ref") / "lake"
-    cfg = tmp_path_factory.mktemp("cfg") / "lakecurate.toml"
-    from helpers import SMALL_CONFIG
-
-    cfg.write_text(SMALL_CONFIG)
-    report = Lake.open(lake).ingest([corpus], config=cfg, workers=2)
-    assert report.ok, report
-    return lake
+def reference(small_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One clean, uninterrupted ingest of the corpus with two workers (the session's
+    ``small_lake``, copied)."""
+    return Path(shutil.copytree(small_lake, tmp_path_factory.mktemp("ref") / "lake"))
 
 
 def test_clean_ingest_accounts_for_every_record(reference: Path, corpus: Path) -> None:

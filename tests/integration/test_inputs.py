@@ -71,13 +71,13 @@ def test_same_named_files_in_two_folders_keep_distinct_ids(tmp_path: Path) -> No
 
 
 def test_a_compressed_file_past_the_limit_is_dead_at_once(tmp_path: Path) -> None:
-    """8 MiB of text in a few KiB with a 1 MiB limit: DEAD after one attempt, the message says
+    """4 MiB of text in a few KiB with a 1 MiB limit: DEAD after one attempt, the message says
     what to do; raising the setting and ``retry`` then ingests it."""
     line = json.dumps({"text": "a long and very repetitive line " * 30}).encode() + b"\n"
     inputs = tmp_path / "in"
     inputs.mkdir()
     bomb = inputs / "bomb.jsonl.gz"
-    bomb.write_bytes(gzip.compress(line * ((8 << 20) // len(line)), mtime=0))
+    bomb.write_bytes(gzip.compress(line * ((4 << 20) // len(line)), mtime=0))
     small = inputs / "small.jsonl.zst"
     small.write_bytes(
         zstandard.compress(b"".join(json.dumps({"text": t}).encode() + b"\n" for t in PROSE))
@@ -107,7 +107,7 @@ def test_a_compressed_file_past_the_limit_is_dead_at_once(tmp_path: Path) -> Non
     assert report.ok, report.dead
     assert Lake.open(lake).sql(
         "SELECT count(*) FROM documents WHERE source_path = $p", params={"p": str(bomb)}
-    ).rows == [((8 << 20) // len(line),)]
+    ).rows == [((4 << 20) // len(line),)]
 
 
 NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456789

@@ -5,6 +5,7 @@ verdict and every other column stays, and ``status`` says what the data files ho
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,12 +45,27 @@ def _ingest(corpus: Path, lake: Path, output: str) -> Lake:
     return handle
 
 
+@pytest.fixture(scope="module")
+def ingested(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Lake]:
+    """``ingested(output)``: the corpus ingested with that ``[output]`` section, once per module
+    (the tests only read these lakes)."""
+    folder = tmp_path_factory.mktemp("lakes")
+    lakes: dict[str, Lake] = {}
+
+    def lake(output: str) -> Lake:
+        if output not in lakes:
+            lakes[output] = _ingest(corpus, folder / f"lake{len(lakes)}", output)
+        return lakes[output]
+
+    return lake
+
+
 @pytest.mark.parametrize("mode", ["false", '"sample"'])
 def test_rejected_text_is_dropped_or_sampled_and_nothing_else_changes(
-    mode: str, corpus: Path, tmp_path: Path
+    mode: str, ingested: Callable[[str], Lake]
 ) -> None:
-    full = _ingest(corpus, tmp_path / "full", "")
-    lean = _ingest(corpus, tmp_path / "lean", f"\n[output]\nkeep_rejected_text = {mode}\n")
+    full = ingested("")
+    lean = ingested(f"\n[output]\nkeep_rejected_text = {mode}\n")
     query = f"SELECT {COLUMNS} FROM documents ORDER BY id"
     assert lean.sql(query).rows == full.sql(query).rows  # every verdict and column but text
     texts = "SELECT id, reason, source_line, text FROM documents ORDER BY id"
@@ -67,16 +83,16 @@ def test_rejected_text_is_dropped_or_sampled_and_nothing_else_changes(
     assert lean.sql("SELECT count(*) FROM documents WHERE reason = 'exact_dup'").rows[0][0] > 0
 
 
-def test_status_says_what_the_data_files_hold(corpus: Path, tmp_path: Path) -> None:
-    full = _ingest(corpus, tmp_path / "full", "")
-    _ingest(corpus, tmp_path / "lean", "\n[output]\nkeep_rejected_text = false\n")
+def test_status_says_what_the_data_files_hold(ingested: Callable[[str], Lake]) -> None:
+    full = ingested("")
+    lean = ingested("\n[output]\nkeep_rejected_text = false\n")
     rows = {r[0]: r for r in full.status().storage.rows}
     assert set(rows) == {"kept", "dropped"}
     kept, dropped = full.sql(
         "SELECT count(*) FILTER (WHERE kept), count(*) FILTER (WHERE NOT kept) FROM documents"
     ).rows[0]
     assert rows["kept"][1] == kept and rows["dropped"][1] == dropped
-    shown = run_lakecurate("status", "--lake", tmp_path / "lean", env={"COLUMNS": "100"})
+    shown = run_lakecurate("status", "--lake", lean.root, env={"COLUMNS": "100"})
     assert shown.returncode == 0 and "== storage" in shown.stdout, shown.stdout
     section = shown.stdout.split("== storage", 1)[1].split("==", 1)[0]
     assert "kept" in section and "dropped" in section

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import PROSE, SMALL_CONFIG
+from helpers import PROSE
 
 from lakecurate import Lake
 from lakecurate.errors import LakeError
@@ -31,12 +31,9 @@ CHROMIUM = next(
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Lake:
-    root = tmp_path_factory.mktemp("report")
-    (root / "lakecurate.toml").write_text(SMALL_CONFIG, encoding="utf-8")
-    lake = Lake.open(root / "lake")
-    assert lake.ingest([corpus], config=root / "lakecurate.toml").ok
-    return lake
+def lake(tmp_path_factory: pytest.TempPathFactory, small_lake: Path) -> Lake:
+    """The corpus ingested with the small-chunk config (the session's ``small_lake``, copied)."""
+    return Lake.open(shutil.copytree(small_lake, tmp_path_factory.mktemp("report") / "lake"))
 
 
 FILTER_CONFIG = """\
@@ -339,7 +336,9 @@ addEventListener('load', () => {
 @pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
 )
-@pytest.mark.parametrize("which", ["lake", "filtered"])
+@pytest.mark.parametrize(  # the default run keeps "filtered": the same sections, one chart more
+    "which", [pytest.param("lake", marks=pytest.mark.slow), "filtered"]
+)
 def test_report_renders_in_headless_chromium(
     which: str, request: pytest.FixtureRequest, tmp_path: Path, run_cli
 ) -> None:  # type: ignore[no-untyped-def]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import SMALL_CONFIG
 
 from lakecurate import Lake
 from lakecurate.errors import LakeError
@@ -34,26 +33,25 @@ class Built:
     snapshots: list[tuple[int, list[tuple[object, ...]]]]
 
 
-def build_versioned_lake(root: Path, corpus: Path) -> Built:
-    """Three ingests: appends, a changed file (supersede), a new file."""
-    part1, part2 = root / "part1", root / "part2"
-    part1.mkdir(parents=True)
-    part2.mkdir()
-    for name in ("books.parquet", "forum.jsonl.zst"):
-        shutil.copy(corpus / name, part1 / name)
+def build_versioned_lake(root: Path, corpus: Path, first_part: tuple[Path, Path]) -> Built:
+    """Three ingests: appends (the first: the session's ``first_part``, books + forum, its lake
+    copied), a changed file (supersede), a new file."""
+    part1, part2 = first_part[0], root / "part2"
+    part2.mkdir(parents=True)
     shutil.copy(corpus / "web_a.jsonl", part2 / "web_a.jsonl")
-    config = root / "lakecurate.toml"
-    config.write_text(SMALL_CONFIG, encoding="utf-8")
-    lake = Lake.open(root / "lake")
+    lake = Lake.open(shutil.copytree(first_part[1], root / "lake"))
     snapshots = []
 
-    def ingest(*inputs: Path, **kw: object) -> None:
-        report = lake.ingest(list(inputs), **kw)  # type: ignore[arg-type]
+    def ingest(*inputs: Path) -> None:
+        report = lake.ingest(list(inputs))
         assert report.ok, report.dead
+        snapshot()
+
+    def snapshot() -> None:
         version = lake.history().rows[-1][0]
         snapshots.append((version, lake.sql(ROWS).rows))
 
-    ingest(part1, config=config)
+    snapshot()  # the first ingest's
     ingest(part1, part2)
     with open(part2 / "web_a.jsonl", "rb") as f:  # the file has invalid UTF-8 on purpose
         first = json.loads(f.readline())
@@ -70,8 +68,10 @@ def build_versioned_lake(root: Path, corpus: Path) -> Built:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Built:
-    return build_versioned_lake(tmp_path_factory.mktemp("time_travel"), corpus)
+def built(
+    tmp_path_factory: pytest.TempPathFactory, corpus: Path, first_part: tuple[Path, Path]
+) -> Built:
+    return build_versioned_lake(tmp_path_factory.mktemp("time_travel"), corpus, first_part)
 
 
 def _count(lake: Lake, version: int, view: str = "documents") -> int:

@@ -12,10 +12,10 @@ from lakecurate import Lake
 
 
 @pytest.fixture
-def built(corpus: Path, config_file: Path, tmp_path: Path) -> Path:
-    lake = tmp_path / "lake"
-    assert Lake.open(lake).ingest([corpus], config=config_file).ok
-    return lake
+def built(small_lake: Path, tmp_path: Path) -> Path:
+    """The corpus ingested with the small-chunk config: a copy of the session's ``small_lake``
+    for each test to damage."""
+    return Path(shutil.copytree(small_lake, tmp_path / "lake"))
 
 
 def _state_summary(lake: Path) -> tuple:  # type: ignore[type-arg]

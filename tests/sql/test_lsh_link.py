@@ -207,7 +207,16 @@ def test_batch_matches_the_reference(kept_index, corpus) -> None:  # type: ignor
     assert kept_index.rounds >= 2  # chains longer than one hop inside the chunk
 
 
-@pytest.mark.parametrize("sizes", [[3], [7], [*[1] * 30, 50], [50, 1, 100, 200], [33, 120]])
+@pytest.mark.parametrize(  # the default run keeps small chunks as [7] and [1] * 30; [3] is slow
+    "sizes",
+    [
+        pytest.param([3], marks=pytest.mark.slow),
+        [7],
+        [*[1] * 30, 50],
+        [50, 1, 100, 200],
+        [33, 120],
+    ],
+)
 def test_incremental_equals_batch(corpus, sizes: list[int]) -> None:  # type: ignore[no-untyped-def]
     n = len(corpus[0])
     results = []

@@ -196,7 +196,9 @@ def victim(corpus: Path, cfg_path: Path, tmp_path: Path) -> str:
     return keys[len(keys) // 2]
 
 
-@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+@pytest.mark.parametrize(  # the default run keeps "shuffled"
+    "order", [pytest.param("reversed", marks=pytest.mark.slow), "shuffled"]
+)
 def test_completions_out_of_order_change_nothing(
     order: str,
     corpus: Path,
@@ -467,7 +469,19 @@ def test_a_run_of_chunks_matched_as_one_decides_as_one_by_one(
     )
 
 
-@pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
+# A failed finalise or planning takes one path whatever failed it ("crash", "hang" and "raise" are
+# errors alike; test_a_failed_attempt_is_retried_and_blamed_with_its_reason tells them apart):
+# the default run keeps "hang" (an error the watch delivers) and "bystander" (blameless), and
+# raises in the tests of a finalise and a planning that always fail.
+FINALISE_OR_PLAN_FATES = [
+    pytest.param("crash", marks=pytest.mark.slow),
+    "hang",
+    pytest.param("raise", marks=pytest.mark.slow),
+    "bystander",
+]
+
+
+@pytest.mark.parametrize("fate", FINALISE_OR_PLAN_FATES)
 def test_a_failed_finalise_runs_again_and_changes_nothing(
     fate: str,
     corpus: Path,
@@ -527,9 +541,14 @@ def test_chunks_run_while_the_first_input_is_still_being_planned(
     small_cfg: Path,
     small_reference: list,  # type: ignore[type-arg]
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The input whose chunks come first in key order is slow to plan: the others' chunks
     are processed meanwhile, none is decided before it, and the lake is the clean run's."""
+    from lakecurate.ingest import scheduler
+
+    # The delay is counted in collects; an idle collect sleeps a poll: a short one here.
+    monkeypatch.setattr(scheduler, "POLL_SECONDS", 0.05)
     books = str(corpus / "books.parquet")
     fake = FakeExecutor(2, lambda _k, _a: "ok", delays={books: 6})
     report = run(corpus, small_cfg, tmp_path / "lake", fake)
@@ -542,7 +561,7 @@ def test_chunks_run_while_the_first_input_is_still_being_planned(
     assert finalised_before == []  # nothing decided ahead of books' chunks
 
 
-@pytest.mark.parametrize("fate", ["crash", "hang", "raise", "bystander"])
+@pytest.mark.parametrize("fate", FINALISE_OR_PLAN_FATES)
 def test_a_failed_planning_runs_again(
     fate: str,
     corpus: Path,
@@ -584,7 +603,7 @@ def test_an_input_that_cannot_be_planned_is_a_file_error_and_the_rest_commit(
 
 
 def test_a_changed_input_planned_late_gives_the_clean_run_of_the_new_inputs(
-    corpus: Path, small_cfg: Path, tmp_path: Path
+    corpus: Path, small_cfg: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A re-run where the changed input is the last to be cut: its old chunks leave the lake
     (and what pointed at them is decided again) before anything is decided against it. Which
@@ -592,6 +611,10 @@ def test_a_changed_input_planned_late_gives_the_clean_run_of_the_new_inputs(
     Changed inputs): the rows, the kept texts and every ``dup_of`` must not."""
     import shutil
 
+    from lakecurate.ingest import scheduler
+
+    # The delay is counted in collects; an idle collect sleeps a poll: a short one here.
+    monkeypatch.setattr(scheduler, "POLL_SECONDS", 0.05)
     data = tmp_path / "data"
     shutil.copytree(corpus, data)
     lake = tmp_path / "lake"
