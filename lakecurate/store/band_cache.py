@@ -67,19 +67,19 @@ class BandSource:
     seq: int
     uri: str | None = None
 
-    def rows(self, files: SignatureFiles) -> Rows:
-        """The band rows, sorted by hash (``files``: the index's band files)."""
+    def rows(self, files: SignatureFiles, keep: Keep) -> Rows:
+        """The band rows ``keep`` keeps, sorted by hash (``files``: the index's band files);
+        kept before they are sorted, so a shard sorts only its part."""
         if self.uri is None:
             table = files.whole(self.seq)
         else:
             table = ChunkSets.of_file(self.seq, Location(self.uri)).whole()
-        return by_hash(band_rows(table["doc_seq"], table[table.schema.names[1]]))
+        return by_hash(keep(band_rows(table["doc_seq"], table[table.schema.names[1]])))
 
 
-def rows_of_sources(sources: Sequence[BandSource], files: SignatureFiles, keep: Keep) -> Rows:
-    """The band rows of a run of chunks (``sources``, one per chunk) that ``keep`` keeps, as
-    one set of rows sorted by hash: what a run matched as one looks up, and pairs within."""
-    parts = [keep(source.rows(files)) for source in sources]
+def merged(parts: Sequence[Rows]) -> Rows:
+    """The band rows of a run of chunks (one part each, sorted by hash) as one set of rows
+    sorted by hash: what a run matched as one looks up, and pairs within."""
     if len(parts) == 1:
         return parts[0]
     return by_hash(

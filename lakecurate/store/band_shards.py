@@ -49,11 +49,12 @@ from lakecurate.store.band_cache import (
     U64,
     BandSource,
     HolderLostError,
+    Keep,
     Rows,
     Runs,
     by_hash,
     chunk_pairs,
-    rows_of_sources,
+    merged,
 )
 from lakecurate.store.key_cache import KeyRuns, Listed
 from lakecurate.store.key_files import read_files
@@ -123,6 +124,37 @@ def _sets(table: pa.Table) -> pa.Table:
     return pa.table({"doc_seq": table["doc_seq"], "sets": table.column(1)})
 
 
+class _RunRows:
+    """This shard's part of the band rows of the run being decided, read once: a run's band
+    files are looked up (``search_source``), paired within (``chunk_pairs``) and then pushed
+    (``push_source``), and each read and sorted them again (half of a shard's CPU, and the
+    driver waits on it, issue 14). Only the run's sources are held: a request for other
+    sources forgets the rest, and a source pushed is forgotten."""
+
+    def __init__(self, keep: Keep) -> None:
+        self.keep = keep
+        self.held: dict[tuple[str, str, BandSource], Rows] = {}
+
+    def run(self, folder: str, column: str, sources: Sequence[BandSource]) -> Rows:
+        """The run's rows, as one set sorted by hash."""
+        keys = [(folder, column, source) for source in sources]
+        self.held = {k: v for k, v in self.held.items() if k in keys}
+        return merged([self._of(key) for key in keys])
+
+    def take(self, folder: str, column: str, source: BandSource) -> Rows:
+        """A source's rows, forgotten here (pushed into the runs, they are not asked again)."""
+        key = (folder, column, source)
+        rows = self._of(key)
+        del self.held[key]
+        return rows
+
+    def _of(self, key: tuple[str, str, BandSource]) -> Rows:
+        if key not in self.held:
+            folder, column, source = key
+            self.held[key] = source.rows(SignatureFiles(Path(folder), column), self.keep)
+        return self.held[key]
+
+
 def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int) -> None:
     """A shard's loop: one request, one answer, until ``stop`` or the driver is gone. While
     it works on a request a thread beats every ``BEAT_SECONDS``: a shard frozen (stopped, or
@@ -133,6 +165,8 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
 
     def keep(rows: Rows) -> Rows:
         return part(rows, shard, shards)
+
+    run_rows = _RunRows(keep)
 
     def send(message: tuple[str, Any]) -> None:
         with lock:
@@ -160,6 +194,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 return
             if op == "clear":
                 runs.clear()
+                run_rows.held.clear()
             elif op == "push":
                 hashes, bands, seqs = args
                 runs.push(hashes, bands, seqs, ordered=True)
@@ -169,16 +204,12 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
             elif op == "search":
                 out = runs.search(*args)
             elif op == "push_source":  # a commit's band file: this shard's part of it
-                folder, column, source = args
-                runs.push(*keep(source.rows(SignatureFiles(Path(folder), column))), ordered=True)
+                runs.push(*run_rows.take(*args), ordered=True)
             elif op == "search_source":  # a run's band files: its part of the needles
                 folder, column, sources, below = args
-                rows = rows_of_sources(sources, SignatureFiles(Path(folder), column), keep)
-                out = runs.search(*rows, below)
+                out = runs.search(*run_rows.run(folder, column, sources), below)
             elif op == "chunk_pairs":  # the run's own pairs, in this shard's buckets
-                folder, column, sources = args
-                files = SignatureFiles(Path(folder), column)
-                out = chunk_pairs(rows_of_sources(sources, files, keep))
+                out = chunk_pairs(run_rows.run(*args))
             elif op == "near":  # pairs of a chunk's documents and earlier ones: which are near
                 out = _near(*args)
             elif op in ("keys_load", "keys_add"):  # this shard's part of the files listed:

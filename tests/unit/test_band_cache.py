@@ -279,3 +279,38 @@ def test_a_frozen_decider_is_killed_and_replaced(
         assert shards.starts == 2 and cache.loads == 2
     finally:
         shards.close()
+
+
+def test_a_decider_reads_a_runs_band_files_once_and_holds_only_that_run(
+    files: SignatureFiles,
+) -> None:
+    """A shard's run rows (looked up, paired within, then pushed) are read once, equal what a
+    fresh read gives, and are forgotten when pushed or when another run is asked for: what a
+    shard holds stays one run's part of the band rows."""
+    from lakecurate.store.band_cache import Rows, merged
+    from lakecurate.store.band_shards import _RunRows, part
+
+    rng = np.random.default_rng(11)
+    for seq in (1, 2, 3):
+        doc_seq, hashes = chunk(rng, seq, 50)
+        offsets = pa.array(np.arange(0, hashes.size + 1, BANDS, dtype=np.int32))
+        lists = pa.ListArray.from_arrays(offsets, pa.array(hashes.reshape(-1), pa.uint64()))
+        files.write(pa.table({"doc_seq": doc_seq, "bands": lists}))
+
+    def keep(r: Rows) -> Rows:
+        return part(r, 1, 3)
+
+    held = _RunRows(keep)
+    folder, column = str(files.folder), files.column
+    run = [BandSource(1), BandSource(2)]
+    fresh = merged([s.rows(files, keep) for s in run])
+    for _ in range(2):  # the second time from what is held
+        got = held.run(folder, column, run)
+        assert all(np.array_equal(a, b) for a, b in zip(got, fresh, strict=True))
+        assert np.all(np.diff(got[0].astype(np.float64)) >= 0)
+    assert {k[2] for k in held.held} == set(run)
+    pushed = held.take(folder, column, BandSource(1))
+    assert all(np.array_equal(a, b) for a, b in zip(pushed, run[0].rows(files, keep), strict=True))
+    assert {k[2] for k in held.held} == {BandSource(2)}
+    held.run(folder, column, [BandSource(3)])  # the next run: the last one's rows go
+    assert {k[2] for k in held.held} == {BandSource(3)}
