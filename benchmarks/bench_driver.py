@@ -1,7 +1,7 @@
 """How much of an ingest passes through the driver: its bytes read and written, its CPU (issue 14).
 
 Run: /work/venv/bin/python benchmarks/bench_driver.py [--mb 500] [--workers 2] [--chunk-mb 32]
-     [--deciders 0] [--out benchmarks/results/bench_driver.json]
+     [--deciders 0] [--saturate] [--out benchmarks/results/bench_driver.json]
 To measure another checkout of lakecurate on the same input (e.g. the code before the workers
 wrote the data files), put it first on the path: ``PYTHONPATH=/path/to/checkout python ...``.
 
@@ -21,6 +21,11 @@ as (counters when the executor starts closing - at the start) + (at the end - wh
 With ``--deciders K`` the band index's rows live in K decider processes (``[ingest] deciders``):
 their CPU and peak RSS are reported apart (not counted as the workers'), and their bytes, reaped
 when they stop, are taken out of the driver's like the workers'.
+With ``--saturate`` the commit frontier is held until every chunk is staged, and the driver's
+CPU from then on (deciding and committing every chunk, all ready at once, as on a cluster whose
+workers outrun it) is reported apart: ``driver_cpu_seconds_deciding`` and its ratio to the
+workers' CPU. Two workers hand the driver one chunk at a time, so without it every chunk's
+decision pays its statements' fixed cost alone.
 Targets: the driver's non-planning bytes <= 10% of the input; driver CPU <= 1% of the workers'.
 """
 
@@ -81,10 +86,33 @@ def write_input(path: Path, mb: int, seed: int = 0) -> tuple[int, int]:
     return path.stat().st_size, n
 
 
-def run(mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0) -> dict[str, Any]:
+def saturate(scheduler_cls: Any) -> dict[str, float]:
+    """Hold the commit frontier until every chunk is staged, then let the driver decide and
+    commit them all: what it does when workers finish chunks faster than it decides them (a
+    cluster), where two workers hand it one chunk at a time and each decision pays its fixed
+    costs alone. Returns, once released, the driver's CPU seconds at the release."""
+    released: dict[str, float] = {}
+    commit = scheduler_cls.commit
+
+    def held(self: Any) -> None:
+        if not released:
+            busy = self.executor.inflight() or self.queue or self.retry_at
+            if busy or self.planner.unplanned or self.planner.unsent:
+                return
+            released["cpu"] = cpu_seconds(resource.RUSAGE_SELF)
+            released["at"] = time.perf_counter()
+        commit(self)
+
+    scheduler_cls.commit = held
+    return released
+
+
+def run(
+    mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0, full: bool = False
+) -> dict[str, Any]:
     import lakecurate
     from lakecurate.api import Lake
-    from lakecurate.ingest import runner
+    from lakecurate.ingest import runner, scheduler
     from lakecurate.store import band_shards
 
     data = work / "in.jsonl"
@@ -135,6 +163,7 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0) -> 
         submit(self, *args)
 
     runner.LocalExecutor.submit = measured_submit  # type: ignore[method-assign]
+    released = saturate(scheduler.Scheduler) if full else {}
     load_before = loadavg()
     io_before = io_counters()
     cpu_before = cpu_seconds(resource.RUSAGE_SELF)
@@ -175,6 +204,18 @@ def run(mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0) -> 
         "deciders_peak_rss_mib": round(max([0, *(s.peak_rss_kib for s in shards)]) / 1024),
         "driver_peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "wall_seconds": round(wall, 1),
+        **(
+            {
+                "saturated": True,
+                "driver_cpu_seconds_deciding": round(driver_cpu - released["cpu"] + cpu_before, 2),
+                "driver_deciding_over_workers_cpu": round(
+                    (driver_cpu - released["cpu"] + cpu_before) / workers_cpu, 4
+                ),
+                "seconds_deciding": round(started + wall - released["at"], 1),
+            }
+            if released
+            else {}
+        ),
         "seconds_to_first_chunk": round(first_chunk[0] - started, 2) if first_chunk else None,
         "docs_per_second": round(report.rows_in / wall),
         "loadavg_before": load_before,
@@ -188,10 +229,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--chunk-mb", type=int, default=32)
     parser.add_argument("--deciders", type=int, default=0, help="[ingest] deciders")
+    parser.add_argument(
+        "--saturate",
+        action="store_true",
+        help="decide nothing until every chunk is staged, then report the driver's CPU deciding",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
-        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp), args.deciders)
+        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp), args.deciders, args.saturate)
     save(result, args.out)
 
 

@@ -33,6 +33,44 @@ BULK_ROWS = 2048
 numpy (a query's fixed cost outweighs per-row Python)."""
 
 
+def _nibbles() -> np.ndarray:
+    """Byte -> its hex digit's value (255: not a hex digit)."""
+    table = np.full(256, 255, dtype=np.uint8)
+    for value, digit in enumerate("0123456789abcdef"):
+        table[ord(digit)] = table[ord(digit.upper())] = value
+    return table
+
+
+_NIBBLE = _nibbles()
+
+
+def content_halves(hashes: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """(n, 2) uint64: the content keys of md5 hex digests (``('0x' || hex)::UHUGEINT``),
+    decoded in numpy from the Arrow column's bytes: a Python string per document (and
+    ``bytes.fromhex`` of their join) cost the driver a microsecond a document (issue 14)."""
+    arr = hashes.combine_chunks() if isinstance(hashes, pa.ChunkedArray) else hashes
+    if len(arr) == 0:
+        return np.zeros((0, 2), dtype=np.uint64)
+    if arr.null_count:
+        raise ValueError("a content hash is missing")
+    wide = pa.types.is_large_string(arr.type)
+    if not (wide or pa.types.is_string(arr.type)):
+        arr = arr.cast(pa.string())
+    _, offsets_buf, data_buf = arr.buffers()
+    assert offsets_buf is not None and data_buf is not None
+    offsets = np.frombuffer(
+        offsets_buf, dtype=np.int64 if wide else np.int32, count=arr.offset + len(arr) + 1
+    )[arr.offset :]
+    if not (np.diff(offsets) == 32).all():
+        raise ValueError("a content hash is not 32 hex digits")
+    digits = _NIBBLE[np.frombuffer(data_buf, dtype=np.uint8)[offsets[0] : offsets[-1]]]
+    if (digits == 255).any():
+        raise ValueError("a content hash is not 32 hex digits")
+    pairs = digits.reshape(-1, 32)
+    raw = np.ascontiguousarray((pairs[:, 0::2] << 4) | pairs[:, 1::2])  # (n, 16) bytes
+    return raw.view(">u8").astype(np.uint64)
+
+
 def describe_filter(filt: bloom.BloomFilter | bloom.ScalableBloomFilter) -> dict[str, object]:
     """n, m, k, fill ratio, estimated and target p, memory of a tier-1 filter (`index stats`)."""
     parts = filt.filters if isinstance(filt, bloom.ScalableBloomFilter) else (filt,)
@@ -154,11 +192,7 @@ class MembershipIndex:
         if not strings:
             return np.zeros((0, 2), dtype=np.uint64)
         if statement == "index.content_keys":
-            return (
-                np.frombuffer(bytes.fromhex("".join(strings)), dtype=">u8")
-                .reshape(-1, 2)
-                .astype(np.uint64)
-            )
+            return content_halves(pa.array(strings, pa.string()))
         digests = b"".join(
             hashlib.md5(v.encode("utf-8", "surrogatepass")).digest() for v in strings
         )
@@ -178,18 +212,16 @@ class MembershipIndex:
         )
 
     def _maybe(self, space: str, statement: str, values: pa.Array) -> list[str]:
-        """The values tier 1 cannot rule out (all of them without tier 1)."""
-        strings: list[str] = values.to_pylist()
-        self.stats.lookups += len(strings)
+        """The values tier 1 cannot rule out (all of them without tier 1): only those become
+        Python strings."""
+        self.stats.lookups += len(values)
         filt = self.tier1.get(space)
-        if filt is not None and strings:
+        if filt is not None and len(values):
             halves = (
-                self._id_halves(values)
-                if statement == "index.id_keys"
-                else self._halves_of(statement, strings)
+                self._id_halves(values) if statement == "index.id_keys" else content_halves(values)
             )
-            hit = filt.contains_hashes(halves)
-            strings = [strings[i] for i in np.flatnonzero(hit)]
+            values = values.take(pa.array(np.flatnonzero(filt.contains_hashes(halves))))
+        strings: list[str] = values.to_pylist()
         self.stats.maybe += len(strings)
         return strings
 
@@ -275,7 +307,7 @@ class MembershipIndex:
 
     def add_content(self, rows: pa.Table) -> None:
         """Index ``rows`` (content_hash, id, seq) as content keys."""
-        halves = self._halves_of("index.content_keys", rows["content_hash"].to_pylist())
+        halves = content_halves(rows["content_hash"])
         keys = pa.table(
             {"hi": halves[:, 0], "lo": halves[:, 1], "seq": rows["seq"], "doc_id": rows["id"]}
         )

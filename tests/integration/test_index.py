@@ -379,3 +379,28 @@ def test_ids_keyed_for_a_lookup_are_reused_right_for_the_index_rows(
     ).fetchall() == [(5,)]
     assert state.con.execute("SELECT count(*) FROM doc_ids").fetchall() == [(5,)]
     state.close()
+
+
+def test_content_keys_decoded_in_numpy_equal_bytes_fromhex() -> None:
+    """The driver decodes content hashes from the Arrow column's bytes: the same keys as
+    ``bytes.fromhex`` for slices, chunked and large strings and either case, and an error
+    (never a wrong key) for anything that is not 32 hex digits."""
+    from lakecurate.store.index import content_halves
+
+    rng = np.random.default_rng(3)
+    hexes = [rng.bytes(16).hex() for _ in range(50)] + ["0123456789ABCDEF" * 2]
+
+    def expected(values: list[str]) -> list[list[int]]:
+        raw = np.frombuffer(bytes.fromhex("".join(values)), dtype=">u8").reshape(-1, 2)
+        return raw.astype(np.uint64).tolist()
+
+    arr = pa.array(hexes, pa.string())
+    assert content_halves(arr).tolist() == expected(hexes)
+    assert content_halves(arr.slice(7, 20)).tolist() == expected(hexes[7:27])
+    chunked = pa.chunked_array([arr.slice(0, 5), arr.slice(5)])
+    assert content_halves(chunked).tolist() == expected(hexes)
+    assert content_halves(arr.cast(pa.large_string())).tolist() == expected(hexes)
+    assert content_halves(arr.slice(3, 0)).shape == (0, 2)
+    for bad in (["0" * 31], ["g" * 32], ["0" * 32, None]):
+        with pytest.raises(ValueError, match="content hash"):
+            content_halves(pa.array(bad, pa.string()))
