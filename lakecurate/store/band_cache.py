@@ -346,8 +346,11 @@ class BandCache:
         (``BandSource(seq)``), which a remote holder reads itself."""
         if not self._loaded:
             return
-        docs = np.unique(seqs if docs is None else docs)
-        new = set(np.unique(docs >> ROW_BITS).tolist())
+        docs = seqs if docs is None else docs
+        if len(docs) > 1 and not (docs[1:] > docs[:-1]).all():  # a chunk's come ascending
+            docs = np.unique(docs)
+        commits = docs >> ROW_BITS
+        new = set(commits[np.flatnonzero(np.diff(commits, prepend=-1))].tolist())
         before = self._fingerprint
         after = (
             before[0] + len(docs),
