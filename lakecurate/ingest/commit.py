@@ -178,10 +178,12 @@ class Committer:
             pc.fill_null(pc.starts_with(staged["reason"], "malformed:"), False)
         )
         given = pc.and_(staged["id_given"], not_malformed)
-        seen_ids = self.index.ids_seen(pc.unique(pc.filter(staged["id"], given)))
+        # Not made unique first: the Bloom filter rules out most of them as cheaply as a hash
+        # table would, and the index makes the few it cannot unique.
+        seen_ids = self.index.ids_seen(pc.filter(staged["id"], given))
         candidates = pc.is_null(staged["reason"])
         seen_content = (
-            self.index.content_seen(pc.unique(pc.filter(staged["content_hash"], candidates)))
+            self.index.content_seen(pc.filter(staged["content_hash"], candidates))
             if self.exact_dedup
             else pa.table(
                 {"content_hash": pa.array([], pa.string()), "doc_id": pa.array([], pa.string())}
