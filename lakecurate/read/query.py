@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -132,11 +133,33 @@ def open_reader(
     """
     if not views and (version is not None or as_of is not None):
         raise ValueError("a reader without the documents views binds no version")
+    for attempt in range(RETIRED_TRIES):
+        try:
+            return _open_reader(state_path, documents, version, as_of, tables, views, files)
+        except _RetiredError:
+            time.sleep(RETIRED_WAIT_SECONDS * (attempt + 1))
+    raise BusyError(
+        f"the writer holding {state_path.parent} kept retiring the membership index's key files "
+        "this reader's state snapshot names (a compact merging them, or commits forgotten); "
+        "nothing is damaged: try again once it has finished"
+    )
+
+
+def _open_reader(
+    state_path: Path,
+    documents: Location,
+    version: int | None,
+    as_of: str | datetime.datetime | None,
+    tables: Collection[str] | None,
+    views: bool,
+    files: Sequence[str],
+) -> duckdb.DuckDBPyConnection:
+    """``open_reader``, once."""
     con = engine.connect()
     try:
         con.execute(engine.q("views.attach_memory"))
         with _state_source(state_path) as (source, snapshot):
-            done = _copy_state(con, source, tables)
+            done = _copy_state(con, source, tables, snapshot)
             # Bound while the source is held: no commit lands between the state and the
             # version read here. A snapshot names its own version (the ingest goes on).
             bound = (
@@ -289,10 +312,14 @@ def _state_source(state_path: Path) -> Iterator[tuple[Path, bool]]:
 
 
 def _copy_state(
-    con: duckdb.DuckDBPyConnection, source: Path, tables: Collection[str] | None
+    con: duckdb.DuckDBPyConnection,
+    source: Path,
+    tables: Collection[str] | None,
+    snapshot: bool = False,
 ) -> int | None:
     """Copy ``tables`` of ``source`` into ``lake``; returns the newest DONE commit's Delta
-    version in it (None before the first)."""
+    version in it (None before the first). ``snapshot``: ``source`` is a running writer's
+    published snapshot (``_state_source``)."""
     try:
         con.execute(engine.q("views.attach_source"), {"path": str(source)})
     except duckdb.Error as exc:
@@ -311,7 +338,7 @@ def _copy_state(
 
         wanted = [s for s, n in KEY_TABLES.items() if tables is None or n in tables]
         if "index_files" in have and wanted:
-            _copy_key_tables(con, source, wanted)
+            _copy_key_tables(con, source, wanted, snapshot)
         try:
             row = con.execute(engine.q("views.source_version")).fetchone()
         except duckdb.Error:
@@ -321,10 +348,24 @@ def _copy_state(
         con.execute(engine.q("views.detach_source"))
 
 
-def _copy_key_tables(con: duckdb.DuckDBPyConnection, source: Path, spaces: list[str]) -> None:
+class _RetiredError(LakeError):
+    """A key file a writer's snapshot names is gone: the writer retired it since (a compact
+    merged it, or its commits were forgotten) and sweeps at its end; ``open_reader`` takes
+    the state again."""
+
+
+RETIRED_TRIES = 8  # attempts of a reader whose snapshot names retired key files
+RETIRED_WAIT_SECONDS = 0.25  # times the attempt number: about 7 s in all
+
+
+def _copy_key_tables(
+    con: duckdb.DuckDBPyConnection, source: Path, spaces: list[str], snapshot: bool = False
+) -> None:
     """The membership index's keys (``store.key_files``) as the tables ``content_hashes`` and
     ``doc_ids`` they were, read by DuckDB from the key files the attached ``source`` registers
-    (no Arrow: a state-only reader stays light)."""
+    (no Arrow: a state-only reader stays light). Copied from a running writer's ``snapshot``,
+    a file named there may have been retired and swept since: that is no damage, and the
+    reader takes the state again (``_RetiredError``)."""
     folder = key_folder(source)
     statements = {
         "content": ("views.copy_content_hashes", "views.empty_content_hashes"),
@@ -339,6 +380,8 @@ def _copy_key_tables(con: duckdb.DuckDBPyConnection, source: Path, spaces: list[
         try:
             con.execute(engine.q(copy), {"files": [str(folder / f) for (f,) in listed]})
         except duckdb.Error as exc:
+            if snapshot and any(not (folder / f).exists() for (f,) in listed):
+                raise _RetiredError(f"key files of {source} retired") from exc
             raise LakeError(
                 f"the membership index's key files in {folder} cannot be read "
                 f"({one_line(exc)}): run `lakecurate verify --repair` to write the index "

@@ -6,6 +6,7 @@ versions give a clear error naming the ones still readable; `checkpoint` writes 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -170,3 +171,36 @@ def test_checkpoint_is_written_and_reads_the_same(built: Path, tmp_path: Path) -
     assert json.loads((log / "_last_checkpoint").read_text())["version"] == version
     assert lake.sql(ROWS).rows == rows
     assert lake.at(version=0).sql("SELECT count(*) FROM documents").rows[0][0] > 0
+
+
+def test_a_reader_of_a_writers_snapshot_whose_key_files_were_merged_takes_the_state_again(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader copies a running writer's snapshot, which may name key files the writer has
+    retired since (a compact merged them and swept the old ones): not damage. The reader
+    takes the state again once the writer is gone, with the same keys; while the writer
+    stays, it says to try again, never to repair."""
+    import fcntl
+    import threading
+
+    from lakecurate.errors import BusyError
+    from lakecurate.lake.paths import LakePaths
+    from lakecurate.read import query
+
+    lake, _ = _copy(built, tmp_path)
+    paths = LakePaths(lake.root)
+    keys, named = lake.sql(KEYS).rows, _key_files(lake)
+    shutil.copy(paths.state, paths.snapshot)  # published before the compact: the old files
+    assert lake.compact().key_files_after < len(named)
+    assert not set(named) & set(_key_files(lake))  # every file the snapshot names is gone
+    monkeypatch.setattr(query, "RETIRED_WAIT_SECONDS", 0.05)
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a writer holds the lake: readers read the snapshot
+        with pytest.raises(BusyError, match="try again") as raised:
+            lake.sql(KEYS)
+        assert "repair" not in str(raised.value)
+        threading.Timer(0.3, lambda: fcntl.flock(fd, fcntl.LOCK_UN)).start()
+        assert lake.sql(KEYS).rows == keys  # the writer gone: the state, the merged file
+    finally:
+        os.close(fd)
