@@ -115,6 +115,13 @@ class LakePaths:
     def require_state(self, doing: str) -> None:
         """Refuse a command on a folder that is not a lake (yet): say what to run first."""
         if not self.state.exists():
+            if (self.documents / "_delta_log").exists():  # the table is there: not "no lake"
+                raise LakeError(
+                    f"the lake at {self.name} has its table but not its state ({self.state} "
+                    f"is missing: deleted, or on a lost disk); nothing to {doing} until it is "
+                    f"back: run `lakecurate verify --repair --lake {self.name}` to derive it "
+                    "from the table's Delta log (or restore a backup of it)"
+                )
             raise LakeError(
                 f"no lake at {self.name} (no state.duckdb): nothing to {doing}; run "
                 "`lakecurate ingest` first, or pass --lake"

@@ -174,6 +174,30 @@ def test_stale_state_is_rebuilt_from_the_log_not_committed_on_top(tmp_path: Path
     assert lake.verify().ok
 
 
+def test_a_lake_whose_state_was_lost_says_how_to_get_it_back(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    """A local lake whose state.duckdb is gone (deleted, a lost disk) still has its table:
+    commands say so and name the repair (they said there was no lake and to run ingest
+    first), and the repair gives back the same chunks; a folder without a table is still no
+    lake."""
+    cfg = _config(tmp_path, SMALL)
+    root = tmp_path / "in"
+    _write(root / "a.jsonl", _plain(40))
+    lake = Lake.open(tmp_path / "lake")
+    assert lake.ingest([root], config=cfg).ok
+    chunks = "SELECT chunk_key, status, rows_in, rows_kept FROM chunks ORDER BY ALL"
+    before = lake.sql(chunks).rows
+    (lake.root / "state.duckdb").unlink()
+    for command in (["status"], ["sql", "SELECT 1"], ["compact"]):
+        done = run_cli(command[0], "--lake", lake.root, *command[1:])
+        error = done.stderr.strip().splitlines()[-1]
+        assert done.returncode != 0 and "has its table but not its state" in error, error
+        assert "verify --repair" in error and "no lake" not in error
+    assert run_cli("verify", "--repair", "--lake", lake.root).returncode == 0
+    assert Lake.open(tmp_path / "lake").sql(chunks).rows == before
+    empty = run_cli("status", "--lake", tmp_path / "nothing")
+    assert "no lake at" in empty.stderr
+
+
 def test_chunk_without_records_and_near_dedup(tmp_path: Path) -> None:
     """D4: a blank-only JSONL with near dedup on crashed every ingest."""
     cfg = _config(tmp_path, NEAR)
