@@ -142,8 +142,17 @@ class _RunRows:
         return merged([self._of(key) for key in keys])
 
     def take(self, folder: str, column: str, source: BandSource) -> Rows:
-        """A source's rows, forgotten here (pushed into the runs, they are not asked again)."""
-        key = (folder, column, source)
+        """A source's rows, forgotten here (pushed into the runs, they are not asked again).
+        A commit's stored band file (``uri`` None) is its worker's bands file placed byte for
+        byte (``ChunkSets.store``): the run's source of the same seq holds its rows."""
+        key = next(
+            (
+                k
+                for k in self.held
+                if k[:2] == (folder, column) and k[2].seq == source.seq and source.uri is None
+            ),
+            (folder, column, source),
+        )
         rows = self._of(key)
         del self.held[key]
         return rows

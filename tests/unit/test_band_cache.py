@@ -4,6 +4,7 @@ it when decider processes hold its rows (``store.band_shards``), even when one i
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -241,8 +242,13 @@ def test_chunk_pairs_equal_the_join_of_a_chunks_buckets(con: duckdb.DuckDBPyConn
         "SELECT DISTINCT n.doc_seq, m.doc_seq FROM b n JOIN b m ON m.band = n.band "
         "AND m.band_hash = n.band_hash WHERE m.doc_seq < n.doc_seq ORDER BY 1, 2"
     ).fetchall()
-    src, dst = distinct_pairs(*chunk_pairs(by_hash((hashes, bands, seqs))))
-    assert list(zip(src.tolist(), dst.tolist(), strict=True)) == join and len(join) > 300
+    for given in (by_hash((hashes, bands, seqs)), (hashes, bands, seqs)):  # sorted or not
+        src, dst = distinct_pairs(*chunk_pairs(given))  # type: ignore[arg-type]
+        assert list(zip(src.tolist(), dst.tolist(), strict=True)) == join and len(join) > 300
+    lone = chunk(rng, 4, 50)  # hashes from a huge range: no bucket shared, no pair
+    lone_hashes = rng.integers(0, 2**62, lone[1].shape).astype(np.uint64)
+    src, _ = chunk_pairs(by_hash(rows((lone[0], lone_hashes))))  # type: ignore[arg-type]
+    assert len(src) == 0
 
 
 def test_a_deciders_error_reaches_the_driver_as_itself(files: SignatureFiles) -> None:
@@ -314,3 +320,13 @@ def test_a_decider_reads_a_runs_band_files_once_and_holds_only_that_run(
     assert {k[2] for k in held.held} == {BandSource(2)}
     held.run(folder, column, [BandSource(3)])  # the next run: the last one's rows go
     assert {k[2] for k in held.held} == {BandSource(3)}
+    # A run read from its workers' bands files, then pushed as the commits' stored band files
+    # (the same bytes, placed): the push takes what the run held. The stored file of seq 3 is
+    # gone here, so a push that read it would fail.
+    worker = files.folder.parent / "worker-3.bands"
+    shutil.copy(files._path(3), worker)
+    files._path(3).unlink()
+    from_worker = BandSource(3, str(worker))
+    got = held.run(folder, column, [from_worker])
+    pushed = held.take(folder, column, BandSource(3))
+    assert all(np.array_equal(a, b) for a, b in zip(pushed, got, strict=True)) and not held.held
