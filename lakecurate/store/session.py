@@ -10,6 +10,7 @@ the next ingest finalised the interrupted commit without its bands.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -29,6 +30,11 @@ from lakecurate.store.rebuild import catch_up, rewrite_index
 from lakecurate.store.recovery import index_missing_bands, index_near_duplicates, reconcile
 from lakecurate.store.signatures import SignatureFiles
 from lakecurate.store.state import StateStore
+
+DECIDERS_PER_CORE = 2
+"""At most this many decider processes per core of the driver's machine: more shards than
+cores search no faster, and each is a process of its own (its imports alone ~100 MiB); a
+config asking for 1,000 started them all and the kernel killed the driver."""
 
 
 @dataclass
@@ -139,7 +145,15 @@ def _open(session: WriteSession, cfg: Config | None, bloom: bool) -> None:
     if note := catch_up(state, delta):
         session.notes.append(note)
     if cfg is not None and cfg.ingest.deciders:
-        session.deciders = Shards(cfg.ingest.deciders, cfg.ingest.heartbeat_timeout)
+        count, cores = cfg.ingest.deciders, os.cpu_count() or 1
+        if count > DECIDERS_PER_CORE * cores:
+            # Where the index is held decides nothing: fewer shards give the same lake.
+            session.notes.append(
+                f"[ingest] deciders = {count} is more than this machine's {cores} core(s) "
+                f"run well: {DECIDERS_PER_CORE * cores} decider processes hold the index"
+            )
+            count = DECIDERS_PER_CORE * cores
+        session.deciders = Shards(count, cfg.ingest.heartbeat_timeout)
         session.index.hold_keys_in(session.deciders)
     if cfg is not None and cfg.near_dedup.enabled:
         signatures = SignatureFiles(session.paths.signatures)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import pytest
 from helpers import NEAR_CONFIG, PROSE, run_lakecurate
 
 from lakecurate import Lake
@@ -143,3 +144,22 @@ def test_a_sessions_deciders_hold_the_band_index_and_the_keys(tmp_path: Path) ->
         assert isinstance(s.deciders, Shards)
         assert s.near is not None and s.near.cache.holder is s.deciders
         assert all(cache.holder is s.deciders for cache in s.index.tier2.values())
+
+
+def test_more_deciders_than_the_machine_runs_well_start_fewer_with_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``deciders = 1000`` started a thousand processes and the kernel killed the driver: a
+    session starts at most two per core and says so (where the index is held decides
+    nothing); the lake is the one fewer deciders make."""
+    import os
+
+    from lakecurate.store import session as session_module
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    cfg = tmp_path / "deciders.toml"
+    cfg.write_text(NEAR_CONFIG.replace("[ingest]\n", "[ingest]\ndeciders = 1000\n"))
+    with write_session(LakePaths(tmp_path / "lake"), "ingest", "", load(cfg), create=True) as s:
+        assert isinstance(s.deciders, Shards)
+        assert s.deciders.count == session_module.DECIDERS_PER_CORE
+        assert any("deciders = 1000" in note and "1 core" in note for note in s.notes)
