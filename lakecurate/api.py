@@ -513,8 +513,9 @@ def _executor(
         raise UsageError(f"unknown executor {name!r}: one of " + ", ".join(configuration.EXECUTORS))
     if name == "local":
         return LocalExecutor
-    from lakecurate.ingest.ray_executor import RayExecutor, require_ray
+    from lakecurate.ingest.ray_executor import RayExecutor, check_address, require_ray
 
     require_ray()
     at = address or cfg.ingest.address or None
+    check_address(at)
     return lambda _n: RayExecutor(workers or cfg.ingest.workers or None, at)

@@ -15,6 +15,7 @@ that imports it.
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,32 @@ def require_ray() -> Any:
             f"--executor ray needs the Ray package, which is not installed: {INSTALL}"
         ) from exc
     return ray
+
+
+REACH_SECONDS = 5.0
+"""How long ``check_address`` waits for a cluster's port to accept a connection."""
+
+
+def check_address(address: str | None) -> None:
+    """Refuse an address no Ray cluster answers at, before the ingest starts: Ray's own
+    ``init`` raised a bare ValueError on a malformed one, and waited minutes on a port where
+    nothing listens (a typo)."""
+    if address is None or address in ("auto", "local"):
+        return  # Ray's own: the cluster this machine runs, or a new one here
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(
+            f"--address {address!r} is not HOST:PORT: give the address `ray start --head` "
+            "printed (e.g. 10.0.0.5:6379), or 'auto' for the cluster this machine is part of"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_SECONDS).close()
+    except OSError as exc:
+        raise UsageError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}): start one there "
+            "with `ray start --head`, or correct --address ([ingest].address)"
+        ) from exc
 
 
 @dataclass

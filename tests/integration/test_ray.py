@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import assert_lake_consistent, cli_env, lake_rows, lakecurate_cmd
+from helpers import assert_lake_consistent, cli_env, lake_rows, lakecurate_cmd, run_lakecurate
 from s3server import S3Server
 
 from lakecurate import Lake
@@ -141,3 +141,39 @@ def test_without_ray_the_error_says_how_to_install_it(
     with pytest.raises(UsageError, match=r"pip install 'lakecurate\[ray\]'"):
         Lake.open(tmp_path / "lake").ingest([corpus], executor="ray")
     assert not os.path.exists(tmp_path / "lake")  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [
+        ("127.0.0.1:{free}", "no Ray cluster answers at 127.0.0.1:"),
+        ("not an address", "is not HOST:PORT"),
+        ("10.0.0.5:99999", "is not HOST:PORT"),
+    ],
+)
+def test_an_address_no_cluster_answers_at_is_refused_at_once(
+    tmp_path: Path, corpus: Path, address: str, says: str
+) -> None:
+    """A typo in --address waited minutes in Ray's connect (nothing listens there) or raised a
+    bare ValueError (malformed): now one line saying what to do, before any lake is made."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    started = time.monotonic()
+    proc = run_lakecurate(
+        "ingest",
+        corpus,
+        "--lake",
+        tmp_path / "lake",
+        "--executor",
+        "ray",
+        "--address",
+        address.format(free=free),
+        timeout=120,
+    )
+    assert proc.returncode != 0 and time.monotonic() - started < 60
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and says in last and "Traceback" not in proc.stderr
+    assert not (tmp_path / "lake").exists()
