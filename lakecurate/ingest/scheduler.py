@@ -40,7 +40,10 @@ HEARTBEAT_SECONDS = 5.0  # how often chunks.heartbeat_at is written
 ATTEMPT_SECONDS = 1.0  # how soon a begun chunk's attempt is written (a statement per chunk
 # begun cost the driver as much as deciding a small chunk)
 POLL_SECONDS = 1.0  # how often the driver looks at worker beats
-SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs
+SNAPSHOT_SECONDS = 2.0  # how stale `status` may be while an ingest runs (at least)
+SNAPSHOT_SHARE = 0.05  # at most this share of the driver's time goes to publishing them: a
+# copy of the state tables costs more as the chunks grow (18 ms at 561 chunks), so the
+# interval grows to 20x the last publish's time once that is more than SNAPSHOT_SECONDS
 BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
 QUICK_TASK_SECONDS = 0.05  # chunks a worker does faster than this are submitted many ahead
 QUICK_TASKS = 16  # how many tasks per worker are kept submitted then
@@ -140,6 +143,7 @@ class Scheduler:
         self.state, self.committer, self.reporter = state, committer, reporter
         self.snapshot = snapshot
         self.published = time.monotonic()
+        self.snapshot_every = SNAPSHOT_SECONDS
         self.report, self.cfg, self.order = report, cfg, order
         self.executor, self.planner = executor, planner
         self.queue: list[str] = []  # a heap of chunk keys: the workers take the first in order
@@ -468,9 +472,12 @@ class Scheduler:
                 outcome.rows_in,
                 outcome.rows_kept,
             )
-        if outcomes and time.monotonic() - self.published > SNAPSHOT_SECONDS:
+        if outcomes and time.monotonic() - self.published > self.snapshot_every:
+            started = time.monotonic()
             self.state.publish_snapshot(self.snapshot)
             self.published = time.monotonic()
+            took = self.published - started
+            self.snapshot_every = max(SNAPSHOT_SECONDS, took / SNAPSHOT_SHARE)
 
     # -- helpers --------------------------------------------------------------------------
     def _full(self, ready: list[tuple[ChunkSpec, ChunkResult]]) -> bool:

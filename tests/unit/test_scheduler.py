@@ -634,3 +634,38 @@ def test_a_changed_input_planned_late_gives_the_clean_run_of_the_new_inputs(
     kept = {r[2] for r in have if r[4]}
     assert all(r[6] in kept for r in have if r[6] is not None and r[5] != "duplicate_id")
     assert_verify_clean(lake)
+
+
+def test_a_costly_state_snapshot_is_published_less_often(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Readers' snapshot is a copy of the state tables, whose cost grows with the chunks: a
+    publish that takes 0.2 s waits 20 times that (4 s) for the next, so it stays a twentieth
+    of the driver's time, where every group would have paid one. The lake is unchanged."""
+    from lakecurate.ingest import scheduler
+    from lakecurate.store.state import StateStore
+
+    monkeypatch.setattr(scheduler, "SNAPSHOT_SECONDS", 0.0)  # as often as groups, if cheap
+    publish = StateStore.publish_snapshot
+    during: list[float] = []
+
+    def costly(self: StateStore, path: Path) -> None:
+        time.sleep(0.2)
+        during.append(time.monotonic())
+        publish(self, path)
+
+    monkeypatch.setattr(StateStore, "publish_snapshot", costly)
+    cfg = tmp_path / "groups.toml"
+    cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\ncommit_chunks = 1\n"))
+    fake = FakeExecutor(2, lambda _k, _a: "ok")
+    started = time.monotonic()
+    report = run(corpus, cfg, tmp_path / "lake", fake)
+    took = time.monotonic() - started
+    assert report.ok and lake_rows(tmp_path / "lake") == small_reference
+    assert report.chunks_committed >= 6  # a group each: a publish each without the rule
+    # The runner's at the start and at the end, and the scheduler's at most one per 4 s.
+    assert 3 <= len(during) <= 3 + took / 4 and len(during) < report.chunks_committed, took
