@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -121,9 +122,14 @@ def index_missing_bands(state: StateStore, delta: DeltaStore, near: NearDedupInd
     if not chunks:
         return None
     table = delta.rows_of_chunks([key for key, _ in chunks])
+    # Each chunk's rows as one slice of the table sorted by chunk (a filter per chunk read
+    # the whole table once per chunk).
+    table = table.sort_by("chunk_key")
+    keys = table["chunk_key"].cast(pa.string()).to_numpy(zero_copy_only=False)
     indexed = 0
     for key, seq in chunks:
-        rows = table.filter(pc.equal(table["chunk_key"], key))
+        lo, hi = np.searchsorted(keys, key, side="left"), np.searchsorted(keys, key, side="right")
+        rows = table.slice(int(lo), int(hi - lo))
         writer = bands_of_committed(near, rows, int(seq))
         with state.transaction():
             writer()

@@ -386,10 +386,17 @@ DELETE FROM minhash_docs WHERE (doc_seq >> 32) IN (SELECT unnest($seqs::BIGINT[]
 -- name: unindexed_chunks
 -- Committed chunks with no document in the band index, in commit order: committed by a command
 -- that does not run near dedup (a crash finalised by `compact` or `verify --repair`), or a state
--- rebuilt from the log. Chunks without a near-dedup candidate come back too (cheap: no rows).
-SELECT chunk_key, commit_seq FROM chunks
-WHERE status = 'SUCCESS' AND commit_seq NOT IN (SELECT DISTINCT doc_seq >> 32 FROM minhash_docs)
-ORDER BY commit_seq;
+-- rebuilt from the log. A chunk none of whose documents passed the filters (its funnel's first
+-- lake-wide step saw none) has nothing to index, ever: it came back at every session, and its
+-- rows were read and hashed again (5,000 such chunks: minutes before every command).
+SELECT c.chunk_key, c.commit_seq FROM chunks c
+WHERE c.status = 'SUCCESS'
+  AND c.commit_seq NOT IN (SELECT DISTINCT doc_seq >> 32 FROM minhash_docs)
+  AND NOT EXISTS (
+      SELECT 1 FROM filter_stats f
+      WHERE f.chunk_key = c.chunk_key AND f.step = 'duplicate_id' AND f.docs_in = 0
+  )
+ORDER BY c.commit_seq;
 
 -- name: clear_docs
 DELETE FROM minhash_docs;
