@@ -145,17 +145,15 @@ class _RunRows:
         """A source's rows, forgotten here (pushed into the runs, they are not asked again).
         A commit's stored band file (``uri`` None) is its worker's bands file placed byte for
         byte (``ChunkSets.store``): the run's source of the same seq holds its rows."""
-        key = next(
-            (
-                k
-                for k in self.held
-                if k[:2] == (folder, column) and k[2].seq == source.seq and source.uri is None
-            ),
-            (folder, column, source),
-        )
+        key = (folder, column, source)
+        if source.uri is None:
+            key = next((k for k in self.held if k[:2] == key[:2] and k[2].seq == source.seq), key)
         rows = self._of(key)
         del self.held[key]
         return rows
+
+    def clear(self) -> None:
+        self.held.clear()
 
     def _of(self, key: tuple[str, str, BandSource]) -> Rows:
         if key not in self.held:
@@ -203,7 +201,7 @@ def _serve(conn: multiprocessing.connection.Connection, shard: int, shards: int)
                 return
             if op == "clear":
                 runs.clear()
-                run_rows.held.clear()
+                run_rows.clear()
             elif op == "push":
                 hashes, bands, seqs = args
                 runs.push(hashes, bands, seqs, ordered=True)
