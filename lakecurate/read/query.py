@@ -137,7 +137,8 @@ def open_reader(
         try:
             return _open_reader(state_path, documents, version, as_of, tables, views, files)
         except _RetiredError:
-            time.sleep(RETIRED_WAIT_SECONDS * (attempt + 1))
+            if attempt + 1 < RETIRED_TRIES:  # 0.25 s, 0.5 s, ...: 7 s before the last try
+                time.sleep(RETIRED_WAIT_SECONDS * (attempt + 1))
     raise BusyError(
         f"the writer holding {state_path.parent} kept retiring the membership index's key files "
         "this reader's state snapshot names (a compact merging them, or commits forgotten); "
@@ -355,7 +356,7 @@ class _RetiredError(LakeError):
 
 
 RETIRED_TRIES = 8  # attempts of a reader whose snapshot names retired key files
-RETIRED_WAIT_SECONDS = 0.25  # times the attempt number: about 7 s in all
+RETIRED_WAIT_SECONDS = 0.25  # times the attempt number: 7 s in all
 
 
 def _copy_key_tables(
