@@ -148,6 +148,8 @@ class Outcome:
     error: BaseException | None = None
     why: str | None = None
     blameless: bool = False
+    bundled: bool = False  # failed in a task of several chunks: it runs again alone, its
+    # attempt given back (the task's error may be another chunk's)
     finalise: bool = False  # the attempt was a FinaliseOrder's, not a chunk's processing
     files: list[DataFile] | None = None  # what a finalise wrote
     planning: bool = False  # the attempt was a PlanOrder's

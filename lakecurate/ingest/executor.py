@@ -70,34 +70,44 @@ FINALISE = "\0finalise"
 """Appended to a chunk key: the task id of that chunk's finalise (no file name has a NUL)."""
 PLAN = "\0plan"
 """Appended to an input's path: the task id of its planning."""
+BUNDLE = "\0bundle"
+"""Appended to its first chunk's key: the task id of a bundle of chunks."""
 
 
 def _is_chunk(task: str) -> bool:
-    """A chunk's processing (whose beats carry progress and go into the state)."""
-    return "\0" not in task
+    """Chunks' processing, one or a bundle (whose beats carry progress and go into the
+    state), not a finalise or a planning."""
+    return not task.endswith((FINALISE, PLAN))
 
 
-def _run(task: str, spec: ChunkSpec | None, order: TaskOrder) -> Any:
+def _run(task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> Any:
     """A chunk's processing, its finalise or an input's planning, with the heartbeat on: the
     first beat goes out before any work."""
     global _current, _started  # noqa: PLW0603
     _current, _started = task, time.monotonic()  # one clock for all processes
     _beats.put((task, os.getpid(), _started, 0.0))
     try:
-        return run_order(order, spec)
+        return run_order(order, specs)
     finally:
         _current = None
 
 
-def _outcome(task: str, **fields: Any) -> Outcome:
-    """The outcome of task ``task`` (a chunk key, a finalise's or a planning's)."""
+def outcomes(task: str, keys: list[str], **fields: Any) -> list[Outcome]:
+    """The outcomes of task ``task``: a finalise's or a planning's, or one per chunk of
+    ``keys`` (the chunks it processed: their results, or the task's failure, ``bundled``
+    when they were several)."""
     if task.endswith(PLAN):
         cut = fields.pop("result", None)
-        return Outcome(task.removesuffix(PLAN), planning=True, cut=cut, **fields)
+        return [Outcome(task.removesuffix(PLAN), planning=True, cut=cut, **fields)]
     if task.endswith(FINALISE):
         files = fields.pop("result", None)
-        return Outcome(task.removesuffix(FINALISE), finalise=True, files=files, **fields)
-    return Outcome(task, **fields)
+        return [Outcome(task.removesuffix(FINALISE), finalise=True, files=files, **fields)]
+    results = fields.pop("result", None)
+    if results is not None:
+        return [Outcome(k, result=r) for k, r in zip(keys, results, strict=True)]
+    if len(keys) > 1 and "error" in fields:
+        fields["bundled"] = True
+    return [Outcome(k, **fields) for k in keys]
 
 
 @dataclass
@@ -119,6 +129,7 @@ class LocalExecutor:
         self._beats: Any = None
         self.running: dict[str, Running] = {}
         self._futures: dict[Future[Any], str] = {}  # -> task: a chunk key, or a finalise's
+        self._bundles: dict[str, list[str]] = {}  # task -> its chunks, of a bundle's
         self._blameless: list[str] = []  # refused by a pool that broke: to run again
         self._killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
         self._beaten = False  # a worker of the current pool began a task
@@ -141,8 +152,12 @@ class LocalExecutor:
         return self._pool
 
     # -- the Executor protocol -----------------------------------------------------------
-    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
-        self._submit(spec.chunk_key, spec, order)
+    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
+        task = specs[0].chunk_key
+        if len(specs) > 1:
+            task += BUNDLE
+            self._bundles[task] = [s.chunk_key for s in specs]
+        self._submit(task, specs, order)
 
     def finalise(self, order: FinaliseOrder) -> None:
         self._submit(order.chunk_key + FINALISE, None, order)
@@ -150,9 +165,9 @@ class LocalExecutor:
     def plan(self, order: PlanOrder) -> None:
         self._submit(order.path + PLAN, None, order)
 
-    def _submit(self, task: str, spec: ChunkSpec | None, order: TaskOrder) -> None:
+    def _submit(self, task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> None:
         try:
-            future = self._ensure().submit(_run, task, spec, order)
+            future = self._ensure().submit(_run, task, specs, order)
         except BrokenProcessPool:  # broke since the last collect: not this task's fault
             self._blameless.append(task)
             if not self._futures:  # an idle worker died: nothing to account for
@@ -164,10 +179,18 @@ class LocalExecutor:
         return len(self._futures) + len(self._blameless)
 
     def started(self) -> list[str]:
-        return [k for k in self._futures.values() if k in self.running and _is_chunk(k)]
+        return [k for t in self._started() for k in self._keys(t)]
 
     def progress(self) -> dict[str, float]:
-        return {k: self.running[k].done for k in self.started()}
+        return {k: self.running[t].done for t in self._started() for k in self._keys(t)}
+
+    def _started(self) -> list[str]:
+        """The chunk tasks a worker is on."""
+        return [t for t in self._futures.values() if t in self.running and _is_chunk(t)]
+
+    def _keys(self, task: str) -> list[str]:
+        """The chunks of a chunk task."""
+        return self._bundles.get(task, [task])
 
     def collect(self, timeout: float) -> list[Outcome]:
         """Outcomes of the chunks that finished (waiting up to ``timeout`` for the first).
@@ -176,7 +199,7 @@ class LocalExecutor:
         for its chunk (with the signal), a chunk whose hung worker ``watch`` killed gets that
         reason, and the innocent bystanders come back blameless, to be run again.
         """
-        out = [_outcome(k, blameless=True) for k in self._blameless]
+        out = [o for t in self._blameless for o in self._outcomes(t, blameless=True)]
         self._blameless.clear()
         if not self._futures:
             return out
@@ -197,10 +220,10 @@ class LocalExecutor:
             pid = self.pid_of(key)
             self.running.pop(key, None)
             if fut.cancelled():  # the pool was shut down under it
-                out.append(_outcome(key, blameless=True))
+                out += self._outcomes(key, blameless=True)
                 continue
             try:
-                out.append(_outcome(key, result=fut.result()))
+                out += self._outcomes(key, result=fut.result())
             except BrokenProcessPool as exc:
                 if key in self._killed:
                     why = self._killed.pop(key)
@@ -210,13 +233,13 @@ class LocalExecutor:
                         "(killed, or out of memory?)"
                     )
                 elif self._killed or crashed:  # an innocent bystander of another's death
-                    out.append(_outcome(key, blameless=True))
+                    out += self._outcomes(key, blameless=True)
                     continue
                 else:
                     why = "a worker process died (killed, or out of memory?)"
-                out.append(_outcome(key, error=exc, why=why))
+                out += self._outcomes(key, error=exc, why=why)
             except Exception as exc:
-                out.append(_outcome(key, error=exc))
+                out += self._outcomes(key, error=exc)
         if broken:
             self._stillborn = 0 if self._beaten else self._stillborn + 1
             self.reset()
@@ -241,6 +264,9 @@ class LocalExecutor:
         ).items():
             self.kill(key)
             self._killed[key] = why
+
+    def _outcomes(self, task: str, **fields: Any) -> list[Outcome]:
+        return outcomes(task, self._bundles.pop(task, [task]), **fields)
 
     # -- the process pool ---------------------------------------------------------------
 
@@ -325,6 +351,7 @@ class LocalExecutor:
             self._pool = None
         self._close_beats()
         self._futures.clear()
+        self._bundles.clear()
         self._blameless.clear()
         self._killed.clear()
 

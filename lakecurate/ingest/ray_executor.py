@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakecurate.errors import UsageError
+from lakecurate.ingest.executor import BUNDLE, FINALISE, PLAN, outcomes
 from lakecurate.ingest.worker import run_order
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, TaskOrder, WorkOrder
 
@@ -69,8 +70,8 @@ def check_address(address: str | None) -> None:
 
 @dataclass
 class _Task:
-    key: str  # the chunk key, or the input's path for a planning
-    kind: str  # "chunk", "finalise" or "plan"
+    task: str  # its id, as the local executor names it (executor.FINALISE, PLAN, BUNDLE)
+    keys: list[str]  # the chunks it processes (none: a finalise or a planning)
     submitted: float
 
 
@@ -96,23 +97,26 @@ class RayExecutor:
         self._stopped: dict[Any, str] = {}  # cancelled ObjectRef -> why
 
     # -- the Executor protocol -----------------------------------------------------------
-    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
-        self._go(_Task(spec.chunk_key, "chunk", time.monotonic()), order, spec)
+    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
+        keys = [s.chunk_key for s in specs]
+        self._go(keys[0] + (BUNDLE if len(keys) > 1 else ""), keys, order, specs)
 
     def finalise(self, order: FinaliseOrder) -> None:
-        self._go(_Task(order.chunk_key, "finalise", time.monotonic()), order, None)
+        self._go(order.chunk_key + FINALISE, [], order, None)
 
     def plan(self, order: PlanOrder) -> None:
-        self._go(_Task(order.path, "plan", time.monotonic()), order, None)
+        self._go(order.path + PLAN, [], order, None)
 
-    def _go(self, task: _Task, order: TaskOrder, spec: ChunkSpec | None) -> None:
-        self._tasks[self._remote.remote(order, spec)] = task
+    def _go(
+        self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
+    ) -> None:
+        self._tasks[self._remote.remote(order, specs)] = _Task(task, keys, time.monotonic())
 
     def inflight(self) -> int:
         return len(self._tasks)
 
     def started(self) -> list[str]:
-        return [t.key for t in self._tasks.values() if t.kind == "chunk"]
+        return [k for t in self._tasks.values() for k in t.keys]
 
     def progress(self) -> dict[str, float]:
         return {}
@@ -123,28 +127,23 @@ class RayExecutor:
         ready, _ = self._ray.wait(list(self._tasks), num_returns=1, timeout=timeout)
         if ready:  # and everything else that is done by now
             ready, _ = self._ray.wait(list(self._tasks), num_returns=len(self._tasks), timeout=0)
-        return [self._outcome(ref) for ref in ready]
+        return [o for ref in ready for o in self._outcomes(ref)]
 
-    def _outcome(self, ref: Any) -> Outcome:
+    def _outcomes(self, ref: Any) -> list[Outcome]:
         task = self._tasks.pop(ref)
         why = self._stopped.pop(ref, None)
-        finalise, planning = task.kind == "finalise", task.kind == "plan"
         try:
             value = self._ray.get(ref)
         except self._ray.exceptions.RayTaskError as exc:  # our code raised: the cause
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-            return Outcome(task.key, error=cause, why=why, finalise=finalise, planning=planning)
+            return outcomes(task.task, task.keys, error=cause, why=why)
         except self._ray.exceptions.RayError as exc:  # Ray gave up: worker, node, cancel
             reason = why or (
                 f"its Ray worker or node died {SYSTEM_RETRIES + 1} times "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
             )
-            return Outcome(task.key, error=exc, why=reason, finalise=finalise, planning=planning)
-        if task.kind == "plan":
-            return Outcome(task.key, planning=True, cut=value)
-        if task.kind == "finalise":
-            return Outcome(task.key, finalise=True, files=value)
-        return Outcome(task.key, result=value)
+            return outcomes(task.task, task.keys, error=exc, why=reason)
+        return outcomes(task.task, task.keys, result=value)
 
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
         """Cancel (kill the worker of) every task past ``chunk_timeout`` since it was

@@ -1,15 +1,15 @@
 """The scheduler of one ingest, in named verbs over an ``Executor``.
 
-``submit`` feeds the executor (an input to plan while few chunks are known, else a chunk; a chunk
-whose staged file is already there skips the workers), ``planned`` takes an input's cut (its
-chunks join the queue and the commit order),
-``collect`` takes what finished, ``blame`` records a failed attempt (retried with backoff, DEAD
-after ``max_attempts``, or the run stopped for a full disk), ``retry`` puts a chunk back when its
-backoff is over, and ``commit`` decides the chunks at the frontier in chunk-key order, sends each
-decided chunk back to a worker to have its data files written (its *finalise*), and commits
-them to Delta in groups once their files are back. Workers run ahead in any order; the frontier
-alone decides, which is why parallelism, crashes and retries never change which document of a
-duplicate group is kept.
+``submit`` feeds the executor (an input to plan while few chunks are known, else a chunk, or a
+*bundle* of small ones in one task; a chunk whose staged file is already there skips the
+workers), ``planned`` takes an input's cut (its chunks join the queue and the commit order),
+``collect`` takes what finished (a chunk whose bundle failed runs again alone), ``blame``
+records a failed attempt (retried with backoff, DEAD after ``max_attempts``, or the run stopped
+for a full disk), ``retry`` puts a chunk back when its backoff is over, and ``commit`` decides
+the chunks at the frontier in chunk-key order, sends each decided chunk back to a worker to
+have its data files written (its *finalise*), and commits them to Delta in groups once their
+files are back. Workers run ahead in any order; the frontier alone decides, which is why
+parallelism, crashes and retries never change which document of a duplicate group is kept.
 
 An ``Executor`` is where chunks run: the local process pool (``ingest.executor``) today, a
 cluster next; the unit tests drive the scheduler with a fake one (crashes, hangs, completions
@@ -47,15 +47,22 @@ SNAPSHOT_SHARE = 0.05  # at most this share of the driver's time goes to publish
 BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
 QUICK_TASK_SECONDS = 0.05  # chunks a worker does faster than this are submitted many ahead
 QUICK_TASKS = 16  # how many tasks per worker are kept submitted then
+BUNDLE_CHUNKS = 64  # small chunks go to a worker up to this many to a task (and up to
+# [ingest] bundle_bytes): a task's fixed cost (the worker's filter query binds and compiles
+# its regular expressions on every run: ~190 ms with the default preset) was most of a small
+# chunk's time (issue 14); a bundle's chunks are staged and decided one by one
 
 
 class Executor(Protocol):
     """Where chunks run. Every submitted chunk (and finalise) comes back from ``collect``
     exactly once per submission, as an ``Outcome``, however its attempt ended."""
 
-    workers: int  # chunks it runs at once (the scheduler keeps twice as many submitted)
+    workers: int  # tasks it runs at once (the scheduler keeps twice as many submitted)
 
-    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None: ...
+    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
+        """Process these chunks as one task: one chunk, or a bundle of small ones (each comes
+        back on its own; if the task fails, each comes back ``bundled`` with the error)."""
+        ...
 
     def finalise(self, order: FinaliseOrder) -> None:
         """Write a decided chunk's data files (``ingest.worker.finalise_chunk``)."""
@@ -66,7 +73,7 @@ class Executor(Protocol):
         ...
 
     def inflight(self) -> int:
-        """Chunks submitted whose outcome ``collect`` has not returned yet."""
+        """Tasks submitted whose outcomes ``collect`` has not returned yet."""
         ...
 
     def started(self) -> list[str]:
@@ -149,12 +156,14 @@ class Scheduler:
         self.queue: list[str] = []  # a heap of chunk keys: the workers take the first in order
         self.by_key: dict[str, ChunkSpec] = {}
         self.attempts: dict[str, int] = {}
+        self.alone: set[str] = set()  # failed inside a bundle: run in tasks of their own
         # An attempt counts once a worker starts the chunk, not when it is submitted: with
         # many quick chunks submitted ahead, a kill would use up attempts of chunks no worker
         # ever began. ``unstarted``: submitted, not begun; ``uncounted``: begun, not yet
         # written to the state (within ATTEMPT_SECONDS, at a failure, at the end of the run).
         self.unstarted: set[str] = set()
         self.uncounted: list[str] = []
+        self.given_back: list[str] = []  # written, then found blameless: to take back
         self.counted_at = time.monotonic()
         self.results: dict[str, ChunkResult] = {}
         self.retry_at: dict[str, float] = {}
@@ -250,29 +259,24 @@ class Scheduler:
 
     def submit(self) -> None:
         """Keep the executor fed (two tasks per worker): an input to plan while fewer chunks
-        than that are known, else the first chunk in key order; a chunk already staged by an
-        earlier run goes straight to the commit frontier."""
-        going: list[ChunkSpec] = []
+        than that are known, else the first chunks in key order (``_bundle``)."""
+        going: list[list[ChunkSpec]] = []
         room, refill = self._depth()
         if self.executor.inflight() > refill:
             return
         while self.executor.inflight() + len(going) < room:
-            if self.planner.unsent and len(self.queue) < room:
+            if self.planner.unsent and self._tasks_queued() < room:
                 self._plan_order(self.planner.order(self.planner.unsent.popleft().path))
                 continue
             if not self.queue:
                 break
-            spec = self.by_key[heapq.heappop(self.queue)]
-            staged = self._staged(spec)
-            if staged is not None:
-                self.results[spec.chunk_key] = staged
-                self.report.chunks_from_staging += 1
-                continue
-            going.append(spec)
-        self.state.start([s.chunk_key for s in going], self.report.run_id)
-        for spec in going:
-            self.unstarted.add(spec.chunk_key)
-            self.executor.submit(spec, self.order)
+            bundle = self._bundle()
+            if bundle:
+                going.append(bundle)
+        self.state.start([s.chunk_key for b in going for s in b], self.report.run_id)
+        for bundle in going:
+            self.unstarted.update(s.chunk_key for s in bundle)
+            self.executor.submit(bundle, self.order)
 
     def began(self, keys: list[str]) -> None:
         """Workers began these chunks: each uses an attempt (once per submission)."""
@@ -287,6 +291,9 @@ class Scheduler:
         if self.uncounted:
             self.state.count_attempts(self.uncounted)
             self.uncounted = []
+        if self.given_back:
+            self.state.count_attempts(self.given_back, -1)
+            self.given_back = []
         self.counted_at = time.monotonic()
 
     def collect(self, outcome: Outcome) -> None:
@@ -303,13 +310,29 @@ class Scheduler:
             took = outcome.result.seconds
             was = self.chunk_seconds
             self.chunk_seconds = took if was is None else 0.8 * was + 0.2 * took
-        elif outcome.blameless:  # cut off by another's crash: its attempt does not count
+        elif outcome.blameless or (
+            outcome.bundled and outcome.error is not None and chunk_failure(outcome.error) != "stop"
+        ):
+            # cut off by another's crash, or failed in a bundle (whose chunk was at fault is
+            # not known: each runs again alone): its attempt does not count
+            if outcome.bundled:
+                self.alone.add(key)
+                assert outcome.error is not None
+                why = outcome.why or f"{type(outcome.error).__name__}: {one_line(outcome.error)}"
+                self.state.unstart(
+                    [key],
+                    f"the task it shared with other small chunks failed ({why[:300]}): "
+                    "it runs again in a task of its own",
+                    self.report.run_id,
+                )
             if key in self.unstarted:
                 self.unstarted.discard(key)
             else:
                 self.attempts[key] -= 1
                 if key in self.uncounted:
                     self.uncounted.remove(key)
+                else:  # written already: taken back at the next count
+                    self.given_back.append(key)
             heapq.heappush(self.queue, key)
         else:
             assert outcome.error is not None
@@ -497,12 +520,45 @@ class Scheduler:
         their group once it is full."""
         if not self.committer.group:
             self.group_opened = time.monotonic()
-        if any(spec.chunk_key in self.uncounted for spec, _ in ready):
+        if self.given_back or any(spec.chunk_key in self.uncounted for spec, _ in ready):
             self.count_attempts()  # before their SUCCESS, which counts one if none was
         for order in self.committer.stage(ready):
             self._finalise(order)
         self.group_bytes += sum(spec.input_bytes for spec, _ in ready)
         self.group_closed = self._full([])  # the group as it is now
+
+    def _bundle(self) -> list[ChunkSpec]:
+        """The chunks of the next task, from the head of the queue in key order: the first
+        one to do and, while they are small, those after it, up to ``[ingest] bundle_bytes``
+        and ``BUNDLE_CHUNKS`` (one that failed in a bundle goes alone). A chunk already staged
+        by an earlier run goes straight to the commit frontier."""
+        bundle: list[ChunkSpec] = []
+        size, most = 0, self.cfg.ingest.bundle_bytes
+        while self.queue and len(bundle) < BUNDLE_CHUNKS:
+            spec = self.by_key[self.queue[0]]
+            alone = spec.chunk_key in self.alone
+            if bundle and (alone or size + spec.input_bytes > most):
+                break
+            heapq.heappop(self.queue)
+            staged = self._staged(spec)
+            if staged is not None:
+                self.results[spec.chunk_key] = staged
+                self.report.chunks_from_staging += 1
+                continue
+            bundle.append(spec)
+            size += spec.input_bytes
+            if alone:
+                break
+        return bundle
+
+    def _tasks_queued(self) -> float:
+        """About how many tasks the queue's chunks make: small ones go many to a task, so a
+        queue of a few of them would starve the bundles while inputs wait to be planned."""
+        most = self.cfg.ingest.bundle_bytes
+        if not most or len(self.queue) < 2:
+            return len(self.queue)
+        size = sum(self.by_key[k].input_bytes for k in self.queue)
+        return max(len(self.queue) / BUNDLE_CHUNKS, size / most)
 
     def _depth(self) -> tuple[int, int]:
         """How many tasks to keep submitted, and at how many in flight to submit more: two per

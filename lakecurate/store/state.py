@@ -276,10 +276,17 @@ class StateStore:
             self._event(keys, Status.RUNNING, "dispatched to a worker", run_id)
             self._x("state.start_chunk", {"keys": list(keys), "run_id": run_id})
 
-    def count_attempts(self, keys: Sequence[str]) -> None:
-        """Workers began these chunks (a key once per attempt begun)."""
+    def unstart(self, keys: Sequence[str], message: str, run_id: str) -> None:
+        """These chunks go back to the queue, their attempt not counted (``message``: why)."""
+        with self.transaction():
+            self._event(keys, Status.PENDING, message, run_id)
+            self._x("state.unstart_chunk", {"keys": list(keys)})
+
+    def count_attempts(self, keys: Sequence[str], by: int = 1) -> None:
+        """Workers began these chunks (a key once per attempt begun); ``by = -1``: attempts
+        that turned out not to count (cut off by another chunk's failure) are taken back."""
         if keys:
-            self._x("state.count_attempts", {"keys": list(keys)})
+            self._x("state.count_attempts", {"keys": list(keys), "by": by})
 
     def heartbeat(self, keys: Sequence[str]) -> None:
         if keys:

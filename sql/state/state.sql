@@ -80,9 +80,13 @@ UPDATE chunks SET status = 'RUNNING', started_at = now(),
     heartbeat_at = now(), finished_at = NULL, run_id = $run_id
 WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[]));
 
+-- name: unstart_chunk
+UPDATE chunks SET status = 'PENDING'
+WHERE chunk_key IN (SELECT unnest($keys::VARCHAR[])) AND status = 'RUNNING';
+
 -- name: count_attempts
--- A key twice (begun twice since the last count) counts twice.
-UPDATE chunks SET attempts = chunks.attempts + n.n
+-- A key twice (begun twice since the last count) counts twice; $by = -1 takes them back.
+UPDATE chunks SET attempts = greatest(chunks.attempts + $by * n.n, 0)
 FROM (SELECT k AS chunk_key, count(*) AS n FROM unnest($keys::VARCHAR[]) t(k) GROUP BY k) n
 WHERE chunks.chunk_key = n.chunk_key;
 

@@ -55,6 +55,8 @@ FROM removed;
 -- the final text, so an edit that empties a document drops it and dedup sees redacted text.
 -- Row by row, in line order (no window, no sort: the chunk streams through once, so DuckDB
 -- never holds a copy of its text); the exact duplicates among the survivors are `exact_dups`'s.
+-- `records` may hold several small chunks (a worker's bundle): `chunk_no` says whose a row is
+-- (from 1), and picks its chunk's key, path and digest from the lists bound.
 WITH survivors AS (
     SELECT *, kind IS NULL AND f_reason IS NULL AND t <> '' AS alive FROM filtered
 )
@@ -79,14 +81,15 @@ SELECT
     lang,
     lang_score,
     CASE WHEN alive THEN md5(t) END AS content_hash,
-    $chunk_key AS chunk_key,
-    $source_path AS source_path,
+    $chunk_keys[chunk_no] AS chunk_key,
+    $source_paths[chunk_no] AS source_path,
     source_line,
-    $input_sha256 AS input_sha256,
+    $input_sha256s[chunk_no] AS input_sha256,
     $run_id AS run_id,
     $config_hash AS config_hash,
     f_step AS filter_step,
-    pii_n
+    pii_n,
+    chunk_no
 FROM survivors;
 
 -- name: exact_dups

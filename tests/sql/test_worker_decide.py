@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -304,3 +305,73 @@ def test_one_very_long_line(tmp_path: Path) -> None:
     assert rows[1]["content_hash"] == _md5(long_text.strip())
     assert (rows[2]["reason"], rows[2]["dup_of"]) == ("exact_dup", "big")
     assert result.rows_kept == 2
+
+
+WORDS = (
+    "the of and to in a is that for it as was with be by on not he this are or his from",
+    "at which but have an they you were her she there had been one all would their we",
+    "river stone mill children boats morning baker shop bread town smell recipe",
+)
+
+
+def test_a_bundle_of_chunks_stages_each_as_it_would_alone(tmp_path: Path) -> None:
+    """Small chunks processed as one task (one filter query over all their records) are
+    staged exactly as each alone: rows, verdicts, funnel, redactions, near-dedup sets and
+    bands. With the default preset plus PII, chunks of one file and of several, one of
+    nothing but malformed lines, exact copies within and across chunks."""
+    from lakecurate import config
+
+    rng = random.Random(3)
+    words = [w for line in WORDS for w in line.split()]
+
+    def prose(sentences: int) -> str:
+        return " ".join(
+            " ".join(rng.choice(words) for _ in range(rng.randrange(8, 16))).capitalize() + "."
+            for _ in range(sentences)
+        )
+
+    french = (
+        "Le matin, le boulanger ouvre sa boutique avant le lever du soleil, et toute la ville "
+        "se réveille avec l'odeur du pain chaud. Les enfants regardent passer les bateaux sur "
+        "la rivière pendant que leurs parents vont au marché acheter des légumes et du fromage. "
+        "Le soir, les familles se retrouvent autour de la table pour parler de leur journée."
+    )
+    chinese = "每天早上，面包师在太阳升起之前打开他的店铺，整个小镇都闻到了面包的香味。" * 6
+    mail = " Write to anna.berg@example.org for the recipe."
+    same = prose(12)
+    files = {
+        "a.jsonl": [_line(same, "a1"), _line("too short", "a2"), _line(same, "a3")],
+        "b.jsonl": [_line(french, "b1"), _line(chinese), b"", _line(prose(9) + mail, "a1")],
+        "c.jsonl": [b"{broken", b"[1]", b'{"text": 5}'],
+        "d.jsonl": [_line(prose(6 + i % 5) + mail * (i % 2), f"d{i}") for i in range(12)],
+    }
+    specs = []
+    for name, lines in files.items():
+        (tmp_path / name).write_bytes(b"\n".join(lines) + b"\n")
+        specs += _plan(tmp_path / name, chunk_size=4096)
+    assert len(specs) > len(files)  # d.jsonl is cut into several chunks
+    text = (Path(config.__file__).parent / "presets" / "multilingual.toml").read_text("utf-8")
+    text = text.replace('"fineweb"]', '"fineweb", "pii"]')
+    staged: dict[str, list[Any]] = {}
+    for how in ("alone", "bundled"):
+        (tmp_path / how).mkdir()
+        order = WorkOrder(str(tmp_path / how), "r", "c", decisions=text)
+        if how == "alone":
+            results = [worker.process_chunk(s, order) for s in specs]
+        else:
+            results = worker.process_chunks(specs, order)
+        staged[how] = []
+        for result in results:
+            table = pq.read_table(result.staged_path)
+            meta = dict(table.schema.metadata or {})
+            del meta[staged_file.RESULT_KEY]  # holds the seconds and the worker
+            beside = (tmp_path / how).glob(f"{result.chunk_key}*")  # the sets and bands
+            sets = sorted(p.read_bytes() for p in beside if str(p) != result.staged_path)
+            result.seconds, result.worker, result.staged_path = 0.0, "", ""
+            staged[how].append((result, table.replace_schema_metadata().to_pylist(), meta, sets))
+    assert staged["bundled"] == staged["alone"]
+    rows = [r for _, rows, _, _ in staged["alone"] for r in rows]
+    assert {r["lang"] for r in rows} >= {"en", "fr", "zh"}
+    assert any(r["kept"] for r in rows)
+    assert {r["reason"] for r in rows} >= {"exact_dup", "filter:gopher_repetition", None}
+    assert sum(result.redactions.get("email", 0) for result, *_ in staged["alone"]) > 0

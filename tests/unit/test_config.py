@@ -83,6 +83,17 @@ def test_chunk_size_from_dict() -> None:
     assert cfg.ingest.chunk_size == 65536
     with pytest.raises(ConfigError, match=r"\[ingest\]\.chunk_size"):
         config.from_dict({"ingest": {"chunk_size": "lots"}})
+    with pytest.raises(ConfigError, match=r"\[ingest\]\.chunk_size = 0 is not a size:"):
+        config.from_dict({"ingest": {"chunk_size": 0}})
+
+
+def test_bundle_bytes_is_a_size_and_zero_turns_bundles_off() -> None:
+    assert config.from_dict({}).ingest.bundle_bytes == 16 * 1024**2
+    assert config.from_dict({"ingest": {"bundle_bytes": "1MiB"}}).ingest.bundle_bytes == 2**20
+    assert config.from_dict({"ingest": {"bundle_bytes": 0}}).ingest.bundle_bytes == 0
+    for bad in (-1, "-1MB", "lots", 1.5):
+        with pytest.raises(ConfigError, match=r"bundle_bytes = .* is not a size \(0: off\)"):
+            config.from_dict({"ingest": {"bundle_bytes": bad}})
 
 
 @pytest.mark.parametrize(
@@ -94,6 +105,7 @@ def test_chunk_size_from_dict() -> None:
             "chunksize",
             [
                 "address",
+                "bundle_bytes",
                 "chunk_size",
                 "chunk_timeout",
                 "commit_bytes",
@@ -207,6 +219,7 @@ def test_load_reports_unknown_key_from_file(tmp_path: Path) -> None:
         Config(IngestConfig(chunk_size=1, max_attempts=99, retry_backoff=0.0, workers=0)),
         Config(IngestConfig(chunk_size=5 * 1024**4, retry_backoff=1e-05)),
         Config(IngestConfig(retry_backoff=12345.678)),
+        Config(IngestConfig(bundle_bytes=0)),
     ],
 )
 def test_to_toml_round_trips(tmp_path: Path, cfg: Config) -> None:
@@ -220,7 +233,9 @@ def test_to_toml_round_trips(tmp_path: Path, cfg: Config) -> None:
 def test_hash_ignores_tuning_but_not_dedup() -> None:
     base = Config()
     tuned = Config(
-        ingest=IngestConfig(chunk_size=1024, workers=7, max_attempts=9, retry_backoff=0.1)
+        ingest=IngestConfig(
+            chunk_size=1024, workers=7, max_attempts=9, retry_backoff=0.1, bundle_bytes=0
+        )
     )
     assert tuned.hash == base.hash
     no_dedup = replace(base, dedup=DedupConfig(exact=False))

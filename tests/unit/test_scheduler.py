@@ -7,6 +7,7 @@ is really parsed, filtered, staged, decided and committed into a real lake; only
 
 from __future__ import annotations
 
+import errno
 import random
 import time
 from collections.abc import Callable
@@ -21,12 +22,13 @@ from helpers import lake_rows
 from lakecurate import Lake
 from lakecurate import config as configuration
 from lakecurate.ingest.chunking import find_inputs
+from lakecurate.ingest.executor import BUNDLE, FINALISE, PLAN, outcomes
 from lakecurate.ingest.runner import IngestReport, ingest
-from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunk
+from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunks
 from lakecurate.lake.paths import LakePaths
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
-Task = tuple[ChunkSpec, WorkOrder] | FinaliseOrder | PlanOrder
+Task = tuple[list[ChunkSpec], WorkOrder] | FinaliseOrder | PlanOrder
 
 
 @dataclass
@@ -36,7 +38,9 @@ class FakeExecutor:
     ``fate(key, attempt)`` says how an attempt at a chunk ends (``finalise_fate`` the same for
     its finalise, ``plan_fate`` for planning an input, by path): ``"ok"``, ``"crash"`` (its
     worker died), ``"hang"`` (never ends until ``watch`` stops it), ``"bystander"`` (another
-    worker's death took it down: blameless) or ``"raise"``."""
+    worker's death took it down: blameless), ``"full"`` (the disk) or ``"raise"``. A bundle
+    of chunks ends as its first chunk (in key order) whose fate is not ``"ok"`` says, for all
+    of them."""
 
     workers: int
     fate: Callable[[str, int], str]
@@ -55,8 +59,8 @@ class FakeExecutor:
     def plan(self, order: PlanOrder) -> None:
         self.pending.append(order)
 
-    def submit(self, spec: ChunkSpec, order: WorkOrder) -> None:
-        self.pending.append((spec, order))
+    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
+        self.pending.append((specs, order))
 
     def finalise(self, order: FinaliseOrder) -> None:
         self.pending.append(order)
@@ -68,14 +72,13 @@ class FakeExecutor:
         return {}
 
     def started(self) -> list[str]:
-        return [t[0].chunk_key for t in self.pending if isinstance(t, tuple)] + [
-            k for k, t in self.hanging.items() if isinstance(t, tuple)
-        ]
+        return [k for t in [*self.pending, *self.hanging.values()] for k in chunks_of(t)]
 
     def collect(self, timeout: float) -> list[Outcome]:
-        held = [t for t in self.pending if self.delays.get(key_of(t), 0) > 0]
+        held = [t for t in self.pending if any(self.delays.get(k, 0) > 0 for k in keys_of(t))]
         for task in held:  # a slow chunk: still running for this many more collects
-            self.delays[key_of(task)] -= 1
+            for key in keys_of(task):
+                self.delays[key] = max(0, self.delays.get(key, 0) - 1)
         batch = [t for t in self.pending if t not in held]
         self.pending = held
         if not batch and not self.stopped:
@@ -87,41 +90,48 @@ class FakeExecutor:
             batch.reverse()  # the last submitted finishes first
         out, self.stopped = self.stopped, []
         for task in batch:
-            key, finalising = key_of(task), isinstance(task, FinaliseOrder)
-            planning = isinstance(task, PlanOrder)
-            tries = (
-                self.plan_attempts
+            task_id, keys, chunks = id_of(task), keys_of(task), chunks_of(task)
+            planning, finalising = isinstance(task, PlanOrder), isinstance(task, FinaliseOrder)
+            tries, fate_of, kind = (
+                (self.plan_attempts, self.plan_fate, "plan ")
                 if planning
-                else self.finalise_attempts
+                else (self.finalise_attempts, self.finalise_fate, "finalise ")
                 if finalising
-                else self.attempts
+                else (self.attempts, self.fate, "")
             )
-            tries[key] = attempt = tries.get(key, 0) + 1
-            fate = (
-                self.plan_fate if planning else self.finalise_fate if finalising else self.fate
-            )(key, attempt)
-            kind = "plan " if planning else "finalise " if finalising else ""
-            self.log.append((kind + fate, key))
+            fates = []
+            for key in keys:
+                tries[key] = attempt = tries.get(key, 0) + 1
+                fates.append(fate_of(key, attempt))
+                self.log.append((kind + fates[-1], key))
+            failed = [(f, k) for f, k in zip(fates, keys, strict=True) if f != "ok"]
+            fate, key = failed[0] if failed else ("ok", keys[0])
             if planning and fate != "hang":
                 assert isinstance(task, PlanOrder)
                 out.append(self._planned(task, fate))
             elif fate == "ok":
-                if isinstance(task, FinaliseOrder):
-                    out.append(Outcome(key, finalise=True, files=finalise_chunk(task)))
-                else:
-                    out.append(Outcome(key, result=process_chunk(*task)))
+                value = (
+                    finalise_chunk(task)
+                    if isinstance(task, FinaliseOrder)
+                    else process_chunks(*task)  # type: ignore[misc]
+                )
+                out += outcomes(task_id, chunks, result=value)
             elif fate == "crash":
                 error = BrokenProcessPool("A process in the process pool was terminated abruptly")
                 why = "its worker (pid 1) died of signal 9"
-                out.append(Outcome(key, error=error, why=why, finalise=finalising))
+                out += outcomes(task_id, chunks, error=error, why=why)
             elif fate == "hang":
-                self.hanging[key] = task
+                self.hanging[task_id] = task
+            elif fate == "full":
+                error = OSError(errno.ENOSPC, "No space left on device")
+                out += outcomes(task_id, chunks, error=error)
             elif fate == "bystander":
-                tries[key] -= 1  # it never ran to the end: not an attempt
-                out.append(Outcome(key, blameless=True, finalise=finalising))
+                for k in keys:
+                    tries[k] -= 1  # it never ran to the end: not an attempt
+                out += outcomes(task_id, chunks, blameless=True)
             else:
                 error = RuntimeError(f"injected failure of {key}")
-                out.append(Outcome(key, error=error, finalise=finalising))
+                out += outcomes(task_id, chunks, error=error)
         return out
 
     def _planned(self, task: PlanOrder, fate: str) -> Outcome:
@@ -139,29 +149,36 @@ class FakeExecutor:
         return Outcome(key, planning=True, error=error)
 
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
-        for key, task in list(self.hanging.items()):
-            del self.hanging[key]
+        for task_id, task in list(self.hanging.items()):
+            del self.hanging[task_id]
             why = f"no heartbeat from worker pid 1 (heartbeat_timeout = {heartbeat_timeout:g} s)"
-            finalising, planning = isinstance(task, FinaliseOrder), isinstance(task, PlanOrder)
-            self.stopped.append(
-                Outcome(
-                    key,
-                    error=BrokenProcessPool(why),
-                    why=why,
-                    finalise=finalising,
-                    planning=planning,
-                )
-            )
+            error = BrokenProcessPool(why)
+            self.stopped += outcomes(task_id, chunks_of(task), error=error, why=why)
 
     def close(self) -> None:
         self.pending.clear()
         self.hanging.clear()
 
 
-def key_of(task: Task) -> str:
+def keys_of(task: Task) -> list[str]:
+    """What a task's attempts and fates are counted by: its chunks, or an input's path."""
     if isinstance(task, PlanOrder):
-        return task.path
-    return task.chunk_key if isinstance(task, FinaliseOrder) else task[0].chunk_key
+        return [task.path]
+    return [task.chunk_key] if isinstance(task, FinaliseOrder) else chunks_of(task)
+
+
+def chunks_of(task: Task) -> list[str]:
+    """The chunks a task processes (none for a finalise or a planning)."""
+    return [] if isinstance(task, FinaliseOrder | PlanOrder) else [s.chunk_key for s in task[0]]
+
+
+def id_of(task: Task) -> str:
+    """The task's id as the local executor names it."""
+    if isinstance(task, PlanOrder):
+        return task.path + PLAN
+    if isinstance(task, FinaliseOrder):
+        return task.chunk_key + FINALISE
+    return task[0][0].chunk_key + (BUNDLE if len(task[0]) > 1 else "")
 
 
 def batch_sizes(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[int]:
@@ -175,6 +192,28 @@ def batch_sizes(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list
 
     monkeypatch.setattr(cls, method, counting)
     return sizes
+
+
+@pytest.fixture(autouse=True)
+def one_chunk_a_task(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks go one to a task, as large ones do (the tests of retries, blame and attempts
+    script each chunk's attempts), except in the tests marked ``bundles``."""
+    from lakecurate.ingest import scheduler
+
+    if request.node.get_closest_marker("bundles") is None:
+        monkeypatch.setattr(scheduler, "BUNDLE_CHUNKS", 1)
+
+
+def recording(fake: FakeExecutor, monkeypatch: pytest.MonkeyPatch) -> list[list[ChunkSpec]]:
+    """The chunk tasks ``fake`` is given, in order."""
+    tasks: list[list[ChunkSpec]] = []
+
+    def submit(specs: list[ChunkSpec], order: WorkOrder) -> None:
+        tasks.append(specs)
+        FakeExecutor.submit(fake, specs, order)
+
+    monkeypatch.setattr(fake, "submit", submit)
+    return tasks
 
 
 def run(corpus: Path, cfg_path: Path, lake: Path, fake: FakeExecutor) -> IngestReport:
@@ -330,9 +369,9 @@ def test_quick_chunks_are_submitted_many_ahead_and_decided_many_at_a_time(
     fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(3))
     most = 0
 
-    def submit(spec: ChunkSpec, order: WorkOrder) -> None:
+    def submit(specs: list[ChunkSpec], order: WorkOrder) -> None:
         nonlocal most
-        FakeExecutor.submit(fake, spec, order)
+        FakeExecutor.submit(fake, specs, order)
         most = max(most, fake.inflight())
 
     monkeypatch.setattr(fake, "submit", submit)
@@ -669,3 +708,96 @@ def test_a_costly_state_snapshot_is_published_less_often(
     assert report.chunks_committed >= 6  # a group each: a publish each without the rule
     # The runner's at the start and at the end, and the scheduler's at most one per 4 s.
     assert 3 <= len(during) <= 3 + took / 4 and len(during) < report.chunks_committed, took
+
+
+@pytest.mark.bundles
+def test_small_chunks_go_many_to_a_task_and_the_lake_is_unchanged(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bundles hold consecutive chunks in key order, up to ``[ingest] bundle_bytes`` (one
+    larger chunk goes alone); completed out of order, they give the lake of one chunk a task
+    (``bundle_bytes = 0``)."""
+    limit = 200_000
+    cfg = tmp_path / "bundles.toml"
+    cfg.write_text(
+        small_cfg.read_text().replace("[ingest]\n", f"[ingest]\nbundle_bytes = {limit}\n")
+    )
+    fake = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(5))
+    tasks = recording(fake, monkeypatch)
+    report = run(corpus, cfg, tmp_path / "bundled", fake)
+    assert report.ok and sum(map(len, tasks)) == report.chunks_committed
+    assert max(map(len, tasks)) > 1
+    for task in tasks:
+        keys = [s.chunk_key for s in task]
+        assert keys == sorted(keys)
+        assert len(task) == 1 or sum(s.input_bytes for s in task) <= limit
+    cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\nbundle_bytes = 0\n"))
+    alone = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(5))
+    tasks = recording(alone, monkeypatch)
+    assert run(corpus, cfg, tmp_path / "alone", alone).ok
+    assert max(map(len, tasks)) == 1
+    assert lake_rows(tmp_path / "bundled") == lake_rows(tmp_path / "alone") == small_reference
+
+
+@pytest.mark.bundles
+@pytest.mark.parametrize("fate", ["raise", pytest.param("crash", marks=pytest.mark.slow), "hang"])
+def test_a_chunk_that_fails_in_a_bundle_runs_alone_and_only_it_is_blamed(
+    fate: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failed bundle cannot say whose fault it was: each of its chunks runs again in a task
+    of its own without using up an attempt, so only the guilty one is blamed, and it goes
+    DEAD after ``max_attempts`` attempts of its own."""
+    bad = victim(corpus, small_cfg, tmp_path)
+    fake = FakeExecutor(2, lambda k, _a: fate if k == bad else "ok")
+    tasks = recording(fake, monkeypatch)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert [k for k, _ in report.dead] == [bad]
+    first = next(t for t in tasks if bad in [s.chunk_key for s in t])
+    assert len(first) > 1
+    for spec in first:  # every chunk of the failed bundle ran again alone
+        assert [spec] in tasks
+    tries = configuration.load(small_cfg).ingest.max_attempts
+    assert fake.attempts[bad] == 1 + tries
+    failed = Lake.open(tmp_path / "lake").sql(
+        "SELECT chunk_key, count(*) FROM chunk_events WHERE to_status IN ('FAILED', 'DEAD') "
+        "GROUP BY ALL"
+    )
+    assert failed.rows == [(bad, tries)]  # the last one DEAD
+    attempts = dict(Lake.open(tmp_path / "lake").sql("SELECT chunk_key, attempts FROM chunks").rows)
+    assert attempts[bad] == tries  # the bundle's attempt was given back
+    assert all(attempts[s.chunk_key] == 1 for s in first if s.chunk_key != bad)
+    have = [r[:3] for r in lake_rows(tmp_path / "lake")]
+    assert have == [r[:3] for r in small_reference if r[0] != bad]
+
+
+@pytest.mark.bundles
+def test_a_full_disk_in_a_bundle_stops_the_run_and_the_next_run_finishes(
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """A full disk is nobody's fault: the run stops at once (the chunks are not run again
+    alone, nor blamed), and the same command finishes once there is space."""
+    from lakecurate.errors import DiskFullError
+
+    bad = victim(corpus, small_cfg, tmp_path)
+    fake = FakeExecutor(2, lambda k, _a: "full" if k == bad else "ok")
+    with pytest.raises(DiskFullError, match="no space left on device"):
+        run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert fake.attempts[bad] == 1
+    events = Lake.open(tmp_path / "lake").sql(
+        "SELECT count(*) FROM chunk_events WHERE to_status IN ('FAILED', 'DEAD')"
+    )
+    assert events.rows == [(0,)]
+    assert run(corpus, small_cfg, tmp_path / "lake", FakeExecutor(2, lambda _k, _a: "ok")).ok
+    assert lake_rows(tmp_path / "lake") == small_reference
