@@ -130,7 +130,7 @@ class PlanOrder:
     chunk_size: int
 
 
-TaskOrder = WorkOrder | FinaliseOrder | PlanOrder
+TaskOrder = WorkOrder | FinaliseOrder | list[PlanOrder]
 """What an executor ships to a worker (``ingest.worker.run_order``)."""
 
 

@@ -61,7 +61,7 @@ def _beat_forever(parent: int) -> None:
             os._exit(1)  # nobody will take this worker's result
         key = _current
         if key is not None:
-            done = progress.fraction() if _is_chunk(key) else 0.0
+            done = progress.fraction() if is_chunk_task(key) else 0.0
             _beats.put((key, os.getpid(), _started, done))
         time.sleep(BEAT_SECONDS)
 
@@ -71,13 +71,18 @@ FINALISE = "\0finalise"
 PLAN = "\0plan"
 """Appended to an input's path: the task id of its planning."""
 BUNDLE = "\0bundle"
-"""Appended to its first chunk's key: the task id of a bundle of chunks."""
+"""Appended to a task id: the task has several chunks (or inputs to plan), the first named."""
 
 
-def _is_chunk(task: str) -> bool:
+def task_id(keys: list[str], kind: str = "") -> str:
+    """The id of a task over ``keys`` (chunk keys, or paths with ``kind`` PLAN)."""
+    return keys[0] + kind + (BUNDLE if len(keys) > 1 else "")
+
+
+def is_chunk_task(task: str) -> bool:
     """Chunks' processing, one or a bundle (whose beats carry progress and go into the
     state), not a finalise or a planning."""
-    return not task.endswith((FINALISE, PLAN))
+    return not task.endswith(FINALISE) and PLAN not in task
 
 
 def _run(task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> Any:
@@ -93,21 +98,26 @@ def _run(task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> Any:
 
 
 def outcomes(task: str, keys: list[str], **fields: Any) -> list[Outcome]:
-    """The outcomes of task ``task``: a finalise's or a planning's, or one per chunk of
-    ``keys`` (the chunks it processed: their results, or the task's failure, ``bundled``
-    when they were several)."""
-    if task.endswith(PLAN):
-        cut = fields.pop("result", None)
-        return [Outcome(task.removesuffix(PLAN), planning=True, cut=cut, **fields)]
+    """The outcomes of task ``task``: a finalise's, or one per chunk (or input planned) of
+    ``keys``: its result (an input's own error, returned by its planning), or the task's
+    failure, ``bundled`` when they were several."""
     if task.endswith(FINALISE):
         files = fields.pop("result", None)
-        return [Outcome(task.removesuffix(FINALISE), finalise=True, files=files, **fields)]
+        return [Outcome(keys[0], finalise=True, files=files, **fields)]
+    planning = PLAN in task
     results = fields.pop("result", None)
-    if results is not None:
+    if results is None:
+        if len(keys) > 1 and "error" in fields:
+            fields["bundled"] = True
+        return [Outcome(k, planning=planning, **fields) for k in keys]
+    if not planning:
         return [Outcome(k, result=r) for k, r in zip(keys, results, strict=True)]
-    if len(keys) > 1 and "error" in fields:
-        fields["bundled"] = True
-    return [Outcome(k, **fields) for k in keys]
+    return [
+        Outcome(k, planning=True, error=r)
+        if isinstance(r, BaseException)
+        else Outcome(k, planning=True, cut=r)
+        for k, r in zip(keys, results, strict=True)
+    ]
 
 
 @dataclass
@@ -129,7 +139,7 @@ class LocalExecutor:
         self._beats: Any = None
         self.running: dict[str, Running] = {}
         self._futures: dict[Future[Any], str] = {}  # -> task: a chunk key, or a finalise's
-        self._bundles: dict[str, list[str]] = {}  # task -> its chunks, of a bundle's
+        self._keys: dict[str, list[str]] = {}  # task -> its chunks (or inputs, or finalise's)
         self._blameless: list[str] = []  # refused by a pool that broke: to run again
         self._killed: dict[str, str] = {}  # chunk -> why its hung worker was killed
         self._beaten = False  # a worker of the current pool began a task
@@ -153,19 +163,20 @@ class LocalExecutor:
 
     # -- the Executor protocol -----------------------------------------------------------
     def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
-        task = specs[0].chunk_key
-        if len(specs) > 1:
-            task += BUNDLE
-            self._bundles[task] = [s.chunk_key for s in specs]
-        self._submit(task, specs, order)
+        keys = [s.chunk_key for s in specs]
+        self._submit(task_id(keys), keys, order, specs)
 
     def finalise(self, order: FinaliseOrder) -> None:
-        self._submit(order.chunk_key + FINALISE, None, order)
+        self._submit(order.chunk_key + FINALISE, [order.chunk_key], order, None)
 
-    def plan(self, order: PlanOrder) -> None:
-        self._submit(order.path + PLAN, None, order)
+    def plan(self, orders: list[PlanOrder]) -> None:
+        paths = [o.path for o in orders]
+        self._submit(task_id(paths, PLAN), paths, orders, None)
 
-    def _submit(self, task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> None:
+    def _submit(
+        self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
+    ) -> None:
+        self._keys[task] = keys
         try:
             future = self._ensure().submit(_run, task, specs, order)
         except BrokenProcessPool:  # broke since the last collect: not this task's fault
@@ -179,18 +190,14 @@ class LocalExecutor:
         return len(self._futures) + len(self._blameless)
 
     def started(self) -> list[str]:
-        return [k for t in self._started() for k in self._keys(t)]
+        return [k for t in self._started() for k in self._keys[t]]
 
     def progress(self) -> dict[str, float]:
-        return {k: self.running[t].done for t in self._started() for k in self._keys(t)}
+        return {k: self.running[t].done for t in self._started() for k in self._keys[t]}
 
     def _started(self) -> list[str]:
         """The chunk tasks a worker is on."""
-        return [t for t in self._futures.values() if t in self.running and _is_chunk(t)]
-
-    def _keys(self, task: str) -> list[str]:
-        """The chunks of a chunk task."""
-        return self._bundles.get(task, [task])
+        return [t for t in self._futures.values() if t in self.running and is_chunk_task(t)]
 
     def collect(self, timeout: float) -> list[Outcome]:
         """Outcomes of the chunks that finished (waiting up to ``timeout`` for the first).
@@ -266,7 +273,7 @@ class LocalExecutor:
             self._killed[key] = why
 
     def _outcomes(self, task: str, **fields: Any) -> list[Outcome]:
-        return outcomes(task, self._bundles.pop(task, [task]), **fields)
+        return outcomes(task, self._keys.pop(task), **fields)
 
     # -- the process pool ---------------------------------------------------------------
 
@@ -351,7 +358,7 @@ class LocalExecutor:
             self._pool = None
         self._close_beats()
         self._futures.clear()
-        self._bundles.clear()
+        self._keys.clear()
         self._blameless.clear()
         self._killed.clear()
 

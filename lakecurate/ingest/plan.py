@@ -206,18 +206,29 @@ class Planner:
         first = next(iter(self.unplanned.values()), None)  # the smallest prefix: key order
         return None if first is None else first.prefix
 
-    def cut(self, path: str, sha: str, specs: list[ChunkSpec]) -> list[ChunkSpec]:
-        """A worker's cut of ``path`` joins the plan; returns its chunks still to do (the
-        others were committed by an earlier run, or are DEAD)."""
-        p = self._done(path)
-        source = SourceRecord(path, p.format, p.stat, sha, self.chunk_size)
-        delta = self.plan.add(path, p.old, specs, source)
-        if delta.superseded:  # only an input that had chunks: the barrier held every decision
-            self.rows_superseded += self.supersede(delta.superseded)
-        self.state.mark_superseded(delta.retired, self.run_id)
-        self.state.add_planned(delta.fresh, delta.sources, self.run_id)
-        self.reporter.file_planned(path, self.total - len(self.unplanned), self.total, True)
-        return delta.specs
+    def cut(self, cuts: Sequence[tuple[str, str, list[ChunkSpec]]]) -> list[ChunkSpec]:
+        """Workers' cuts (path, source sha256, chunks) join the plan, recorded in the state
+        together (a transaction per small file cost more than reading it); returns their
+        chunks (those committed by an earlier run, or DEAD, the caller passes over)."""
+        specs: list[ChunkSpec] = []
+        retired: list[str] = []
+        fresh: list[ChunkSpec] = []
+        sources: list[SourceRecord] = []
+        for path, sha, cut in cuts:
+            p = self._done(path)
+            source = SourceRecord(path, p.format, p.stat, sha, self.chunk_size)
+            delta = self.plan.add(path, p.old, cut, source)
+            if delta.superseded:  # an input that had chunks: the barrier held every decision
+                self.rows_superseded += self.supersede(delta.superseded)
+            specs += delta.specs
+            retired += delta.retired
+            fresh += delta.fresh
+            sources += delta.sources
+        self.state.mark_superseded(retired, self.run_id)
+        self.state.add_planned(fresh, sources, self.run_id)
+        for path, _, _ in cuts:
+            self.reporter.file_planned(path, self.total - len(self.unplanned), self.total, True)
+        return specs
 
     def failed(self, path: str, message: str) -> None:
         """``path`` could not be planned: reported, its chunks in the lake left as they are."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakecurate.errors import UsageError
-from lakecurate.ingest.executor import BUNDLE, FINALISE, PLAN, outcomes
+from lakecurate.ingest.executor import FINALISE, PLAN, is_chunk_task, outcomes, task_id
 from lakecurate.ingest.worker import run_order
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, TaskOrder, WorkOrder
 
@@ -70,8 +70,8 @@ def check_address(address: str | None) -> None:
 
 @dataclass
 class _Task:
-    task: str  # its id, as the local executor names it (executor.FINALISE, PLAN, BUNDLE)
-    keys: list[str]  # the chunks it processes (none: a finalise or a planning)
+    task: str  # its id, as the local executor names it (executor.task_id)
+    keys: list[str]  # the chunks it processes, the inputs it plans, or its finalise's chunk
     submitted: float
 
 
@@ -99,13 +99,14 @@ class RayExecutor:
     # -- the Executor protocol -----------------------------------------------------------
     def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
         keys = [s.chunk_key for s in specs]
-        self._go(keys[0] + (BUNDLE if len(keys) > 1 else ""), keys, order, specs)
+        self._go(task_id(keys), keys, order, specs)
 
     def finalise(self, order: FinaliseOrder) -> None:
-        self._go(order.chunk_key + FINALISE, [], order, None)
+        self._go(order.chunk_key + FINALISE, [order.chunk_key], order, None)
 
-    def plan(self, order: PlanOrder) -> None:
-        self._go(order.path + PLAN, [], order, None)
+    def plan(self, orders: list[PlanOrder]) -> None:
+        paths = [o.path for o in orders]
+        self._go(task_id(paths, PLAN), paths, orders, None)
 
     def _go(
         self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
@@ -116,7 +117,7 @@ class RayExecutor:
         return len(self._tasks)
 
     def started(self) -> list[str]:
-        return [k for t in self._tasks.values() for k in t.keys]
+        return [k for t in self._tasks.values() if is_chunk_task(t.task) for k in t.keys]
 
     def progress(self) -> dict[str, float]:
         return {}

@@ -68,8 +68,9 @@ class Executor(Protocol):
         """Write a decided chunk's data files (``ingest.worker.finalise_chunk``)."""
         ...
 
-    def plan(self, order: PlanOrder) -> None:
-        """Read and cut an input into chunks (``ingest.worker.plan_input``)."""
+    def plan(self, orders: list[PlanOrder]) -> None:
+        """Read and cut inputs into chunks in one task (``ingest.worker.plan_inputs``): one,
+        or a bundle of small ones; each comes back on its own, ``planning``."""
         ...
 
     def inflight(self) -> int:
@@ -157,6 +158,7 @@ class Scheduler:
         self.by_key: dict[str, ChunkSpec] = {}
         self.attempts: dict[str, int] = {}
         self.alone: set[str] = set()  # failed inside a bundle: run in tasks of their own
+        self.plan_alone: set[str] = set()  # inputs whose planning failed inside a bundle
         # An attempt counts once a worker starts the chunk, not when it is submitted: with
         # many quick chunks submitted ahead, a kill would use up attempts of chunks no worker
         # ever began. ``unstarted``: submitted, not begun; ``uncounted``: begun, not yet
@@ -212,8 +214,7 @@ class Scheduler:
                 if wake:
                     timeout = max(0.0, min(timeout, min(wake) - time.monotonic()))
                 if self.executor.inflight():
-                    for outcome in self.executor.collect(timeout):
-                        self.collect(outcome)
+                    self.collect(self.executor.collect(timeout))
                 elif self.retry_at:
                     time.sleep(timeout)
                 self.executor.watch(ing.heartbeat_timeout, ing.chunk_timeout)
@@ -266,7 +267,7 @@ class Scheduler:
             return
         while self.executor.inflight() + len(going) < room:
             if self.planner.unsent and self._tasks_queued() < room:
-                self._plan_order(self.planner.order(self.planner.unsent.popleft().path))
+                self._plan_orders(self._plan_bundle())
                 continue
             if not self.queue:
                 break
@@ -296,12 +297,22 @@ class Scheduler:
             self.given_back = []
         self.counted_at = time.monotonic()
 
-    def collect(self, outcome: Outcome) -> None:
+    def collect(self, outcomes: list[Outcome]) -> None:
+        """The attempts that ended: the inputs' cuts join the run (all at once: one state
+        transaction), then each other outcome in turn."""
+        cuts = [o for o in outcomes if o.planning and o.cut is not None]
+        if cuts:
+            self.planned(cuts)
+        for outcome in outcomes:
+            if not (outcome.planning and outcome.cut is not None):
+                self._collect(outcome)
+
+    def _collect(self, outcome: Outcome) -> None:
         """One attempt's outcome: a result waits for the frontier, a failure is blamed, a
         blameless one runs again without using up an attempt."""
         key = outcome.key
         if outcome.planning:
-            self.planned(outcome)
+            self.plan_failed(outcome)
         elif outcome.finalise:
             self.finalised(outcome)
         elif outcome.result is not None:
@@ -357,34 +368,36 @@ class Scheduler:
             backoff = self.cfg.ingest.retry_backoff * 2 ** (max(used, 1) - 1)
             self.retry_at[key] = time.monotonic() + backoff
 
-    def planned(self, outcome: Outcome) -> None:
-        """An input's cut is back: its chunks still to do join the run. One that cannot be
-        read is a file error (its rows stay as they are); a planning that failed otherwise
-        runs again, up to ``max_attempts``."""
+    def planned(self, cuts: list[Outcome]) -> None:
+        """Inputs' cuts are back: their chunks still to do join the run."""
+        specs = self.planner.cut([(o.key, *o.cut) for o in cuts if o.cut is not None])
+        keys = [s.chunk_key for s in specs]
+        todo = self.state.todo(keys)
+        self.report.dead += self.state.dead_in(keys)
+        self.attempts.update({k: a for k, _, a in todo})
+        by_key = {s.chunk_key: s for s in specs}
+        self.add([by_key[k] for k, _, _ in todo])
+        self.report.chunks_planned += len(specs)
+        self.report.chunks_todo += len(todo)
+        self.bytes_todo += sum(by_key[k].input_bytes for k, _, _ in todo)
+        self.reporter.planned(self.report.chunks_planned, self.report.chunks_todo, self.bytes_todo)
+
+    def plan_failed(self, outcome: Outcome) -> None:
+        """An input's planning failed: one that cannot be read is a file error (its rows stay
+        as they are); otherwise it runs again, up to ``max_attempts`` (alone, without using
+        an attempt, if it failed in a bundle or was cut off by another's failure)."""
         path = outcome.key
-        if outcome.cut is not None:
-            specs = self.planner.cut(path, *outcome.cut)
-            keys = [s.chunk_key for s in specs]
-            todo = self.state.todo(keys)
-            self.report.dead += self.state.dead_in(keys)
-            self.attempts.update({k: a for k, _, a in todo})
-            by_key = {s.chunk_key: s for s in specs}
-            self.add([by_key[k] for k, _, _ in todo])
-            self.report.chunks_planned += len(specs)
-            self.report.chunks_todo += len(todo)
-            self.bytes_todo += sum(by_key[k].input_bytes for k, _, _ in todo)
-            self.reporter.planned(
-                self.report.chunks_planned, self.report.chunks_todo, self.bytes_todo
-            )
-            return
         order = self.planner.order(path)
-        if outcome.blameless:
-            self.plan_attempts[path] -= 1
-            self._plan_order(order)
-            return
         exc = outcome.error
+        stop = exc is not None and chunk_failure(exc) == "stop"
+        if outcome.blameless or (outcome.bundled and not stop):
+            if outcome.bundled:
+                self.plan_alone.add(path)
+            self.plan_attempts[path] -= 1
+            self._plan_orders([order])
+            return
         assert exc is not None
-        if chunk_failure(exc) == "stop":
+        if stop:
             raise disk_full(exc, f"a worker planning {path}") from exc
         if isinstance(exc, InputError):
             self.planner.failed(path, str(exc))
@@ -396,7 +409,7 @@ class Scheduler:
                 f"times, last: {why}; its rows in the lake are left as they are",
             )
         else:
-            self._plan_order(order)
+            self._plan_orders([order])
 
     def finalised(self, outcome: Outcome) -> None:
         """A finalise is back: its files join the group; a failed one runs again (it is
@@ -571,9 +584,29 @@ class Scheduler:
         room = (QUICK_TASKS if quick else 2) * self.executor.workers
         return room, room // 2 if quick else room
 
-    def _plan_order(self, order: PlanOrder) -> None:
-        self.plan_attempts[order.path] = self.plan_attempts.get(order.path, 0) + 1
-        self.executor.plan(order)
+    def _plan_bundle(self) -> list[PlanOrder]:
+        """The inputs to plan in the next task: the first one waiting and, while they are
+        small, those after it, up to ``[ingest] bundle_bytes`` and ``BUNDLE_CHUNKS`` (one that
+        failed in a bundle goes alone): a task and a state transaction per small file cost
+        more than reading it."""
+        unsent, orders = self.planner.unsent, list[PlanOrder]()
+        size, most = 0, self.cfg.ingest.bundle_bytes
+        while unsent and len(orders) < BUNDLE_CHUNKS:
+            pending = unsent[0]
+            alone = pending.path in self.plan_alone
+            if orders and (alone or size + pending.stat.st_size > most):
+                break
+            unsent.popleft()
+            orders.append(self.planner.order(pending.path))
+            size += pending.stat.st_size
+            if alone:
+                break
+        return orders
+
+    def _plan_orders(self, orders: list[PlanOrder]) -> None:
+        for order in orders:
+            self.plan_attempts[order.path] = self.plan_attempts.get(order.path, 0) + 1
+        self.executor.plan(orders)
 
     def _finalise(self, order: FinaliseOrder) -> None:
         self.finalising[order.chunk_key] = order

@@ -325,13 +325,25 @@ def plan_input(order: PlanOrder) -> tuple[str, list[ChunkSpec]]:
     return plan_file(order.path, order.format, order.chunk_size)
 
 
+def plan_inputs(orders: list[PlanOrder]) -> list[tuple[str, list[ChunkSpec]] | Exception]:
+    """Plan several inputs (small files, many to a task): each one's cut, or the error that
+    input alone met (one unreadable file is not its neighbours' failure)."""
+    out: list[tuple[str, list[ChunkSpec]] | Exception] = []
+    for order in orders:
+        try:
+            out.append(plan_input(order))
+        except Exception as exc:  # returned: the driver decides what it means
+            out.append(exc)
+    return out
+
+
 def run_order(order: TaskOrder, specs: list[ChunkSpec] | None) -> Any:
     """The one entry point every executor ships: the processing of chunks (``specs``, one or
-    a bundle, with their ``WorkOrder``: a list of results), a chunk's finalise, or an input's
-    planning."""
+    a bundle, with their ``WorkOrder``: a list of results), a chunk's finalise, or the
+    planning of inputs (a list of ``PlanOrder``: a list of cuts or errors)."""
     if isinstance(order, FinaliseOrder):
         return finalise_chunk(order)
-    if isinstance(order, PlanOrder):
-        return plan_input(order)
+    if isinstance(order, list):
+        return plan_inputs(order)
     assert specs
     return process_chunks(specs, order)

@@ -22,13 +22,13 @@ from helpers import lake_rows
 from lakecurate import Lake
 from lakecurate import config as configuration
 from lakecurate.ingest.chunking import find_inputs
-from lakecurate.ingest.executor import BUNDLE, FINALISE, PLAN, outcomes
+from lakecurate.ingest.executor import FINALISE, PLAN, outcomes, task_id
 from lakecurate.ingest.runner import IngestReport, ingest
 from lakecurate.ingest.worker import finalise_chunk, plan_input, process_chunks
 from lakecurate.lake.paths import LakePaths
 from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, WorkOrder
 
-Task = tuple[list[ChunkSpec], WorkOrder] | FinaliseOrder | PlanOrder
+Task = tuple[list[ChunkSpec], WorkOrder] | FinaliseOrder | list[PlanOrder]
 
 
 @dataclass
@@ -56,8 +56,8 @@ class FakeExecutor:
     plan_fate: Callable[[str, int], str] = lambda _k, _a: "ok"
     plan_attempts: dict[str, int] = field(default_factory=dict)
 
-    def plan(self, order: PlanOrder) -> None:
-        self.pending.append(order)
+    def plan(self, orders: list[PlanOrder]) -> None:
+        self.pending.append(orders)
 
     def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
         self.pending.append((specs, order))
@@ -90,8 +90,8 @@ class FakeExecutor:
             batch.reverse()  # the last submitted finishes first
         out, self.stopped = self.stopped, []
         for task in batch:
-            task_id, keys, chunks = id_of(task), keys_of(task), chunks_of(task)
-            planning, finalising = isinstance(task, PlanOrder), isinstance(task, FinaliseOrder)
+            tid, keys = id_of(task), keys_of(task)
+            planning, finalising = isinstance(task, list), isinstance(task, FinaliseOrder)
             tries, fate_of, kind = (
                 (self.plan_attempts, self.plan_fate, "plan ")
                 if planning
@@ -106,54 +106,48 @@ class FakeExecutor:
                 self.log.append((kind + fates[-1], key))
             failed = [(f, k) for f, k in zip(fates, keys, strict=True) if f != "ok"]
             fate, key = failed[0] if failed else ("ok", keys[0])
-            if planning and fate != "hang":
-                assert isinstance(task, PlanOrder)
-                out.append(self._planned(task, fate))
+            if isinstance(task, list) and fate in ("ok", "raise", "full"):
+                # an input's own failure is returned with its cut, as plan_inputs does
+                results = [self._cut(o, f) for o, f in zip(task, fates, strict=True)]
+                out += outcomes(tid, keys, result=results)
             elif fate == "ok":
                 value = (
                     finalise_chunk(task)
                     if isinstance(task, FinaliseOrder)
                     else process_chunks(*task)  # type: ignore[misc]
                 )
-                out += outcomes(task_id, chunks, result=value)
+                out += outcomes(tid, keys, result=value)
             elif fate == "crash":
                 error = BrokenProcessPool("A process in the process pool was terminated abruptly")
                 why = "its worker (pid 1) died of signal 9"
-                out += outcomes(task_id, chunks, error=error, why=why)
+                out += outcomes(tid, keys, error=error, why=why)
             elif fate == "hang":
-                self.hanging[task_id] = task
+                self.hanging[tid] = task
             elif fate == "full":
-                error = OSError(errno.ENOSPC, "No space left on device")
-                out += outcomes(task_id, chunks, error=error)
+                out += outcomes(tid, keys, error=disk_is_full())
             elif fate == "bystander":
                 for k in keys:
                     tries[k] -= 1  # it never ran to the end: not an attempt
-                out += outcomes(task_id, chunks, blameless=True)
+                out += outcomes(tid, keys, blameless=True)
             else:
                 error = RuntimeError(f"injected failure of {key}")
-                out += outcomes(task_id, chunks, error=error)
+                out += outcomes(tid, keys, error=error)
         return out
 
-    def _planned(self, task: PlanOrder, fate: str) -> Outcome:
-        key = task.path
+    @staticmethod
+    def _cut(order: PlanOrder, fate: str) -> tuple[str, list[ChunkSpec]] | Exception:
         if fate == "ok":
-            return Outcome(key, planning=True, cut=plan_input(task))
-        if fate == "bystander":
-            self.plan_attempts[key] -= 1
-            return Outcome(key, planning=True, blameless=True)
-        error = (
-            BrokenProcessPool("A process in the process pool was terminated abruptly")
-            if fate == "crash"
-            else RuntimeError(f"injected failure planning {key}")
-        )
-        return Outcome(key, planning=True, error=error)
+            return plan_input(order)
+        if fate == "full":
+            return disk_is_full()
+        return RuntimeError(f"injected failure planning {order.path}")
 
     def watch(self, heartbeat_timeout: float, chunk_timeout: float) -> None:
-        for task_id, task in list(self.hanging.items()):
-            del self.hanging[task_id]
+        for tid, task in list(self.hanging.items()):
+            del self.hanging[tid]
             why = f"no heartbeat from worker pid 1 (heartbeat_timeout = {heartbeat_timeout:g} s)"
             error = BrokenProcessPool(why)
-            self.stopped += outcomes(task_id, chunks_of(task), error=error, why=why)
+            self.stopped += outcomes(tid, keys_of(task), error=error, why=why)
 
     def close(self) -> None:
         self.pending.clear()
@@ -161,24 +155,27 @@ class FakeExecutor:
 
 
 def keys_of(task: Task) -> list[str]:
-    """What a task's attempts and fates are counted by: its chunks, or an input's path."""
-    if isinstance(task, PlanOrder):
-        return [task.path]
+    """What a task's attempts, fates and outcomes go by: its chunks, the inputs it plans, or
+    its finalise's chunk."""
+    if isinstance(task, list):
+        return [o.path for o in task]
     return [task.chunk_key] if isinstance(task, FinaliseOrder) else chunks_of(task)
 
 
 def chunks_of(task: Task) -> list[str]:
     """The chunks a task processes (none for a finalise or a planning)."""
-    return [] if isinstance(task, FinaliseOrder | PlanOrder) else [s.chunk_key for s in task[0]]
+    return [] if isinstance(task, FinaliseOrder | list) else [s.chunk_key for s in task[0]]
 
 
 def id_of(task: Task) -> str:
     """The task's id as the local executor names it."""
-    if isinstance(task, PlanOrder):
-        return task.path + PLAN
     if isinstance(task, FinaliseOrder):
         return task.chunk_key + FINALISE
-    return task[0][0].chunk_key + (BUNDLE if len(task[0]) > 1 else "")
+    return task_id(keys_of(task), PLAN if isinstance(task, list) else "")
+
+
+def disk_is_full() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
 
 
 def batch_sizes(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[int]:
@@ -800,4 +797,44 @@ def test_a_full_disk_in_a_bundle_stops_the_run_and_the_next_run_finishes(
     )
     assert events.rows == [(0,)]
     assert run(corpus, small_cfg, tmp_path / "lake", FakeExecutor(2, lambda _k, _a: "ok")).ok
+    assert lake_rows(tmp_path / "lake") == small_reference
+
+
+@pytest.mark.bundles
+@pytest.mark.parametrize("fate", ["raise", "crash"])
+def test_small_inputs_are_planned_many_to_a_task(
+    fate: str,
+    corpus: Path,
+    small_cfg: Path,
+    small_reference: list,  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Small inputs go to a worker many to a planning task. An input's own error is its
+    alone (its neighbours' cuts are taken); a task that dies takes them all down, and each is
+    planned again alone; the lake is the clean run's."""
+    web_a = str(corpus / "web_a.jsonl")
+    seen: list[str] = []
+
+    def plan_fate(path: str, _attempt: int) -> str:
+        seen.append(path)
+        return fate if path == web_a and seen.count(path) == 1 else "ok"
+
+    fake = FakeExecutor(2, lambda _k, _a: "ok", plan_fate=plan_fate)
+    plans: list[list[str]] = []
+
+    def plan(orders: list[PlanOrder]) -> None:
+        plans.append([o.path for o in orders])
+        FakeExecutor.plan(fake, orders)
+
+    monkeypatch.setattr(fake, "plan", plan)
+    report = run(corpus, small_cfg, tmp_path / "lake", fake)
+    assert report.ok
+    first = next(p for p in plans if web_a in p)
+    assert len(first) > 1
+    assert seen.count(web_a) == 2 and [web_a] in plans
+    for path in first:
+        if path != web_a:  # planned once with its own error beside it, again if the task died
+            assert seen.count(path) == (2 if fate == "crash" else 1)
+            assert ([path] in plans) == (fate == "crash")
     assert lake_rows(tmp_path / "lake") == small_reference
