@@ -1,13 +1,14 @@
 """How much of an ingest passes through the driver: its bytes read and written, its CPU (issue 14).
 
 Run: /work/venv/bin/python benchmarks/bench_driver.py [--mb 500] [--workers 2] [--chunk-mb 32]
-     [--deciders 0] [--saturate] [--out benchmarks/results/bench_driver.json]
+     [--deciders 0] [--saturate] [--preset NAME] [--out benchmarks/results/bench_driver.json]
 To measure another checkout of lakecurate on the same input (e.g. the code before the workers
 wrote the data files), put it first on the path: ``PYTHONPATH=/path/to/checkout python ...``.
 
 A seeded JSONL corpus of ``--mb`` MB (documents of ten random paragraphs, 5% exact copies) is
 ingested once, in this process (the driver), with exact and near dedup and no filters (the
-setting of the issue's profile), by ``--workers`` worker processes. Reported from
+setting of the issue's profile; ``--preset multilingual`` adds the filters a new lake runs by
+default, whose CPU is the workers'), by ``--workers`` worker processes. Reported from
 ``/proc/self/io`` and ``getrusage``: the driver's bytes read and written (``rchar``/``wchar``,
 which count every read and write call, page cache or not), split into planning (listing and
 stat-ing inputs: the workers hash and cut them) and the rest (deciding and committing); the
@@ -108,7 +109,13 @@ def saturate(scheduler_cls: Any) -> dict[str, float]:
 
 
 def run(
-    mb: int, workers: int, chunk_mb: int, work: Path, deciders: int = 0, full: bool = False
+    mb: int,
+    workers: int,
+    chunk_mb: int,
+    work: Path,
+    deciders: int = 0,
+    full: bool = False,
+    preset: str | None = None,
 ) -> dict[str, Any]:
     import lakecurate
     from lakecurate.api import Lake
@@ -119,9 +126,10 @@ def run(
     size, docs = write_input(data, mb)
     cfg = work / "lakecurate.toml"
     cfg.write_text(
-        f'[ingest]\nchunk_size = "{chunk_mb}MiB"\ndeciders = {deciders}\n\n'
-        "[dedup]\nexact = true\n\n"
-        "[near_dedup]\nenabled = true\n",
+        (f'preset = "{preset}"\n\n' if preset else "")
+        + f'[ingest]\nchunk_size = "{chunk_mb}MiB"\ndeciders = {deciders}\n\n'
+        + "[dedup]\nexact = true\n\n"
+        + "[near_dedup]\nenabled = true\n",
         encoding="utf-8",
     )
     planning: dict[str, int] = {}
@@ -183,6 +191,7 @@ def run(
     gb = size / 1e9
     return {
         "lakecurate": str(Path(lakecurate.__file__).parent.parent),
+        "preset": preset,
         "input_bytes": size,
         "documents": docs,
         "chunks": report.chunks_committed,
@@ -234,10 +243,23 @@ def main() -> None:
         action="store_true",
         help="decide nothing until every chunk is staged, then report the driver's CPU deciding",
     )
+    parser.add_argument(
+        "--preset",
+        default=None,
+        help="a shipped preset's filters too (e.g. multilingual, the default of a new lake)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-driver-") as tmp:
-        result = run(args.mb, args.workers, args.chunk_mb, Path(tmp), args.deciders, args.saturate)
+        result = run(
+            args.mb,
+            args.workers,
+            args.chunk_mb,
+            Path(tmp),
+            args.deciders,
+            args.saturate,
+            args.preset,
+        )
     save(result, args.out)
 
 
