@@ -266,7 +266,7 @@ class Scheduler:
         if self.executor.inflight() > refill:
             return
         while self.executor.inflight() + len(going) < room:
-            if self.planner.unsent and self._tasks_queued() < room:
+            if self.planner.unsent and self._queue_short(room):
                 self._plan_orders(self._plan_bundle())
                 continue
             if not self.queue:
@@ -564,14 +564,15 @@ class Scheduler:
                 break
         return bundle
 
-    def _tasks_queued(self) -> float:
-        """About how many tasks the queue's chunks make: small ones go many to a task, so a
-        queue of a few of them would starve the bundles while inputs wait to be planned."""
-        most = self.cfg.ingest.bundle_bytes
-        if not most or len(self.queue) < 2:
-            return len(self.queue)
-        size = sum(self.by_key[k].input_bytes for k in self.queue)
-        return max(len(self.queue) / BUNDLE_CHUNKS, size / most)
+    def _queue_short(self, room: int) -> bool:
+        """The queue's chunks make fewer than ``room`` tasks (so inputs waiting to be planned
+        should be): a chunk of ``bundle_bytes`` or more is a task, smaller ones go many to a
+        task, so counting chunks would starve the bundles. Its bytes are summed only when it
+        is shorter than ``room`` full bundles."""
+        queued, most = len(self.queue), self.cfg.ingest.bundle_bytes
+        if not most or queued < room or queued >= room * BUNDLE_CHUNKS:
+            return queued < room
+        return sum(min(self.by_key[k].input_bytes, most) for k in self.queue) < room * most
 
     def _depth(self) -> tuple[int, int]:
         """How many tasks to keep submitted, and at how many in flight to submit more: two per

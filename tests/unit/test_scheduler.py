@@ -838,3 +838,35 @@ def test_small_inputs_are_planned_many_to_a_task(
             assert seen.count(path) == (2 if fate == "crash" else 1)
             assert ([path] in plans) == (fate == "crash")
     assert lake_rows(tmp_path / "lake") == small_reference
+
+
+@pytest.mark.bundles
+@pytest.mark.parametrize(
+    ("sizes", "bundle_bytes", "short"),
+    [
+        ([256 << 20] * 3, 16 << 20, True),  # large chunks: a task each, 3 < 4
+        ([256 << 20] * 5, 16 << 20, False),
+        ([10_000] * 100, 16 << 20, True),  # two bundles' worth
+        ([10_000] * 300, 16 << 20, False),  # at most 64 chunks a task: 5 tasks
+        ([8 << 20] * 10, 16 << 20, False),  # two to a task: 5 tasks
+        ([8 << 20] * 7, 16 << 20, True),
+        ([10_000] * 100, 0, False),  # no bundles: a task each
+    ],
+)
+def test_the_queue_is_counted_in_tasks_when_inputs_wait(
+    sizes: list[int], bundle_bytes: int, short: bool
+) -> None:
+    """Inputs are planned while the queued chunks make fewer tasks than are kept in flight:
+    small chunks by their bytes and 64 to a task, large ones one each."""
+    from types import SimpleNamespace
+
+    from lakecurate.config import Config, IngestConfig
+    from lakecurate.ingest.scheduler import Scheduler
+
+    keys = [f"k{i:04d}" for i in range(len(sizes))]
+    this = SimpleNamespace(
+        queue=keys,
+        by_key={k: SimpleNamespace(input_bytes=b) for k, b in zip(keys, sizes, strict=True)},
+        cfg=Config(IngestConfig(bundle_bytes=bundle_bytes)),
+    )
+    assert Scheduler._queue_short(this, 4) is short  # type: ignore[arg-type]
