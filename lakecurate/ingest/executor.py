@@ -99,8 +99,8 @@ def _run(task: str, specs: list[ChunkSpec] | None, order: TaskOrder) -> Any:
 
 def outcomes(task: str, keys: list[str], **fields: Any) -> list[Outcome]:
     """The outcomes of task ``task``: a finalise's, or one per chunk (or input planned) of
-    ``keys``: its result (an input's own error, returned by its planning), or the task's
-    failure, ``bundled`` when they were several."""
+    ``keys``: its result (or its own error, returned in its place), or the task's failure,
+    ``bundled`` when they were several."""
     if task.endswith(FINALISE):
         files = fields.pop("result", None)
         return [Outcome(keys[0], finalise=True, files=files, **fields)]
@@ -110,12 +110,12 @@ def outcomes(task: str, keys: list[str], **fields: Any) -> list[Outcome]:
         if len(keys) > 1 and "error" in fields:
             fields["bundled"] = True
         return [Outcome(k, planning=planning, **fields) for k in keys]
-    if not planning:
-        return [Outcome(k, result=r) for k, r in zip(keys, results, strict=True)]
     return [
-        Outcome(k, planning=True, error=r)
+        Outcome(k, planning=planning, error=r)
         if isinstance(r, BaseException)
         else Outcome(k, planning=True, cut=r)
+        if planning
+        else Outcome(k, result=r)
         for k, r in zip(keys, results, strict=True)
     ]
 

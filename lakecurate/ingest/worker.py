@@ -17,6 +17,7 @@ import os
 import socket
 import time
 import tomllib
+import traceback
 from dataclasses import asdict
 from functools import cache
 from typing import Any
@@ -103,50 +104,75 @@ def pipeline_config(order: WorkOrder) -> Config:
 
 def process_chunk(spec: ChunkSpec, order: WorkOrder) -> ChunkResult:
     """Parse, normalise, filter, hash and dedup one chunk; stage it; return its counts."""
-    return process_chunks([spec], order)[0]
+    (result,) = process_chunks([spec], order)
+    assert isinstance(result, ChunkResult)  # alone, a chunk's failure is raised
+    return result
 
 
-def process_chunks(specs: list[ChunkSpec], order: WorkOrder) -> list[ChunkResult]:
+def process_chunks(specs: list[ChunkSpec], order: WorkOrder) -> list[ChunkResult | Exception]:
     """Process several chunks as one task (a *bundle* of small ones, issue 14): one filter
     query over all their records, then each chunk staged on its own, exactly as alone. The
     query's fixed cost (binding the pipeline's statement and compiling its regular
     expressions: ~190 ms with the default preset on no rows at all) was most of a small
     chunk's time. Every step of the query is row by row, so a chunk's rows come out the same
-    whatever shares its query. ``seconds`` of a result: the task's time up to its staging."""
+    whatever shares its query. A chunk that fails on its own (reading it, its gates, staging
+    it) comes back as its error in its place (``noted``) and the others go on; alone, its
+    error is raised. ``seconds`` of a result: the task's time up to its staging."""
     started = time.perf_counter()
     cfg = pipeline_config(order)
     pipeline = filters.build(cfg.filters)
     progress.start(0.0)
+    out: list[ChunkResult | Exception | None] = [None] * len(specs)
     tables: list[pa.Table] = []
-    blank_lines: list[int] = []
+    read: list[tuple[int, int]] = []  # (index in specs, blank lines) of the chunks read
     for n, spec in enumerate(specs):
-        faults.hit("worker", spec.chunk_key)
-        recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes, cfg.input)
+        try:
+            faults.hit("worker", spec.chunk_key)
+            recs = read_chunk(spec, cfg.ingest.max_compressed_chunk_bytes, cfg.input)
+        except Exception as exc:
+            if len(specs) == 1:
+                raise
+            out[n] = noted(exc)
+            continue
         table = recs.table()
-        chunk_no = pa.array(np.full(table.num_rows, n + 1, dtype=np.int32))
+        chunk_no = pa.array(np.full(table.num_rows, len(read) + 1, dtype=np.int32))
         tables.append(table.append_column("chunk_no", chunk_no))
-        blank_lines.append(recs.blank_lines)
+        read.append((n, recs.blank_lines))
         del recs, table  # freed once decided: a chunk's text is held about twice at most
-    records = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    del tables
-    decided = _decide(records, pipeline, specs, order, cfg)
-    del records
-    chunk_no = decided["chunk_no"].to_numpy()
-    assert (np.diff(chunk_no) >= 0).all(), "the worker's query reordered its chunks' rows"
-    ends = np.searchsorted(chunk_no, np.arange(1, len(specs) + 1), "right")
-    starts = [0, *ends[:-1]]
-    rows = [
-        decided.slice(a, b - a).drop_columns(["chunk_no"])
-        for a, b in zip(starts, ends, strict=True)
-    ]
-    del decided  # each chunk's rows are dropped once it is staged (popped, not kept here)
-    out = []
-    for n, (spec, blanks) in enumerate(zip(specs, blank_lines, strict=True)):
-        out.append(_stage(spec, order, cfg, pipeline, rows.pop(0), blanks, started))
-        progress.start(
-            ChunkProgress.READ + ChunkProgress.DECIDE + ChunkProgress.SIGN * (n + 1) / len(specs)
-        )
-    return out
+    if read:
+        records = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        del tables
+        decided = _decide(records, pipeline, [specs[n] for n, _ in read], order, cfg)
+        del records
+        chunk_no = decided["chunk_no"].to_numpy()
+        assert (np.diff(chunk_no) >= 0).all(), "the worker's query reordered its chunks' rows"
+        ends = np.searchsorted(chunk_no, np.arange(1, len(read) + 1), "right")
+        starts = [0, *ends[:-1]]
+        rows = [
+            decided.slice(a, b - a).drop_columns(["chunk_no"])
+            for a, b in zip(starts, ends, strict=True)
+        ]
+        del decided  # each chunk's rows are dropped once it is staged (popped, not kept here)
+        for i, (n, blanks) in enumerate(read):
+            try:
+                out[n] = _stage(specs[n], order, cfg, pipeline, rows.pop(0), blanks, started)
+            except Exception as exc:
+                if len(specs) == 1:
+                    raise
+                out[n] = noted(exc)
+            progress.start(
+                ChunkProgress.READ + ChunkProgress.DECIDE + ChunkProgress.SIGN * (i + 1) / len(read)
+            )
+    done = [r for r in out if r is not None]
+    assert len(done) == len(specs), "a chunk of the task has neither a result nor an error"
+    return done
+
+
+def noted(exc: Exception) -> Exception:
+    """A chunk's or an input's own failure, to be returned in its place by a task of several:
+    with the worker's traceback as a note (a returned exception travels without one)."""
+    exc.add_note("In the worker:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    return exc
 
 
 def _decide(
@@ -333,7 +359,7 @@ def plan_inputs(orders: list[PlanOrder]) -> list[tuple[str, list[ChunkSpec]] | E
         try:
             out.append(plan_input(order))
         except Exception as exc:  # returned: the driver decides what it means
-            out.append(exc)
+            out.append(noted(exc))
     return out
 
 

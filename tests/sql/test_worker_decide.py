@@ -378,3 +378,26 @@ def test_a_bundle_of_chunks_stages_each_as_it_would_alone(tmp_path: Path) -> Non
     assert any(r["kept"] for r in rows)
     assert {r["reason"] for r in rows} >= {"exact_dup", "filter:gopher_repetition", None}
     assert sum(result.redactions.get("email", 0) for result, *_ in staged["alone"]) > 0
+
+
+def test_a_chunk_that_fails_on_its_own_in_a_bundle_returns_its_error_in_its_place(
+    tmp_path: Path,
+) -> None:
+    """A chunk whose input changed after planning fails alone in its bundle: its error (with
+    the worker's traceback as a note) takes its place, its neighbours are staged; alone, the
+    error is raised as before."""
+    from lakecurate.errors import PermanentChunkError
+
+    specs = []
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.jsonl").write_bytes(_line(f"text of {name}", name) + b"\n")
+        specs += _plan(tmp_path / f"{name}.jsonl")
+    (tmp_path / "b.jsonl").write_bytes(_line("changed since it was planned", "b") + b"\n")
+    order = WorkOrder(staging_dir=str(tmp_path), run_id="r", config_hash="c")
+    a, b, c = worker.process_chunks(specs, order)
+    assert isinstance(a, ChunkResult) and isinstance(c, ChunkResult)
+    assert isinstance(b, PermanentChunkError)
+    assert any("In the worker" in n and "Traceback" in n for n in b.__notes__)
+    assert [r["id"] for r in pq.read_table(c.staged_path).to_pylist()] == ["c"]
+    with pytest.raises(PermanentChunkError):
+        worker.process_chunks([specs[1]], order)
