@@ -60,8 +60,9 @@ class Executor(Protocol):
     workers: int  # tasks it runs at once (the scheduler keeps twice as many submitted)
 
     def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
-        """Process these chunks as one task: one chunk, or a bundle of small ones (each comes
-        back on its own; if the task fails, each comes back ``bundled`` with the error)."""
+        """Process these chunks as one task: one chunk, or a bundle of small ones. Each comes
+        back on its own, with its result or its own error; if the task fails as a whole,
+        each comes back ``bundled`` with the task's error."""
         ...
 
     def finalise(self, order: FinaliseOrder) -> None:
