@@ -87,10 +87,11 @@ class IngestConfig:
     commit_chunks: int = 64
     commit_bytes: int = 1024**3
     commit_seconds: float = 5.0
-    # Small chunks go to a worker many to a task (up to 64), up to this many input bytes: one
-    # filter query for them all, whose fixed cost (~190 ms with the default preset) was most of
-    # a small chunk's time. A worker killed mid-task loses the task. 0: one chunk a task.
-    bundle_bytes: int = 16 * 1024**2
+    # Small chunks (an eighth of this at most) go to a worker many to a task (up to 64), up to
+    # this many input bytes: one filter query for them all, whose fixed cost (~190 ms with the
+    # default preset) was most of a small chunk's time. A worker killed mid-task loses the
+    # task. 0: one chunk a task.
+    bundle_bytes: int = 4 * 1024**2
     # Processes that hold the near-dedup band index's rows and tier 2's keys for the driver,
     # partitioned by hash (store.band_shards): the driver's memory then stops growing with the
     # lake and its lookups run in parallel. 0: the driver holds them (fastest on a small machine).

@@ -47,6 +47,7 @@ SNAPSHOT_SHARE = 0.05  # at most this share of the driver's time goes to publish
 BATCH_HOLD_SECONDS = 0.1  # how long a short run of finished chunks waits to be decided
 QUICK_TASK_SECONDS = 0.05  # chunks a worker does faster than this are submitted many ahead
 QUICK_TASKS = 16  # how many tasks per worker are kept submitted then
+SMALL_SHARE = 8  # a chunk of at most 1/8 of [ingest] bundle_bytes is small: it may share a task
 BUNDLE_CHUNKS = 64  # small chunks go to a worker up to this many to a task (and up to
 # [ingest] bundle_bytes): a task's fixed cost (the worker's filter query binds and compiles
 # its regular expressions on every run: ~190 ms with the default preset) was most of a small
@@ -156,6 +157,7 @@ class Scheduler:
         self.report, self.cfg, self.order = report, cfg, order
         self.executor, self.planner = executor, planner
         self.queue: list[str] = []  # a heap of chunk keys: the workers take the first in order
+        self.queue_bytes = 0  # the input bytes of the chunks in it
         self.by_key: dict[str, ChunkSpec] = {}
         self.attempts: dict[str, int] = {}
         self.alone: set[str] = set()  # failed inside a bundle: run in tasks of their own
@@ -247,7 +249,7 @@ class Scheduler:
         for spec in specs:
             key = spec.chunk_key
             self.by_key[key] = spec
-            heapq.heappush(self.queue, key)
+            self._push(key)
             at = bisect.bisect(self.commit_order, key)
             assert at >= self.frontier, f"{key} planned behind the commit frontier"
             self.commit_order.insert(at, key)
@@ -257,7 +259,7 @@ class Scheduler:
         now = time.monotonic()
         for key in [k for k, t in self.retry_at.items() if t <= now]:
             del self.retry_at[key]
-            heapq.heappush(self.queue, key)
+            self._push(key)
 
     def submit(self) -> None:
         """Keep the executor fed (two tasks per worker): an input to plan while fewer chunks
@@ -272,7 +274,7 @@ class Scheduler:
                 continue
             if not self.queue:
                 break
-            bundle = self._bundle()
+            bundle = self._bundle(room)
             if bundle:
                 going.append(bundle)
         self.state.start([s.chunk_key for b in going for s in b], self.report.run_id)
@@ -345,7 +347,7 @@ class Scheduler:
                     self.uncounted.remove(key)
                 else:  # written already: taken back at the next count
                     self.given_back.append(key)
-            heapq.heappush(self.queue, key)
+            self._push(key)
         else:
             assert outcome.error is not None
             self.began([key])
@@ -541,19 +543,32 @@ class Scheduler:
         self.group_bytes += sum(spec.input_bytes for spec, _ in ready)
         self.group_closed = self._full([])  # the group as it is now
 
-    def _bundle(self) -> list[ChunkSpec]:
+    def _push(self, key: str) -> None:
+        heapq.heappush(self.queue, key)
+        self.queue_bytes += self.by_key[key].input_bytes
+
+    def _bundle(self, room: int) -> list[ChunkSpec]:
         """The chunks of the next task, from the head of the queue in key order: the first
-        one to do and, while they are small, those after it, up to ``[ingest] bundle_bytes``
-        and ``BUNDLE_CHUNKS`` (one that failed in a bundle goes alone). A chunk already staged
-        by an earlier run goes straight to the commit frontier."""
+        one to do and, while it and they are small (an eighth of ``[ingest] bundle_bytes`` at
+        most), those after it, up to ``bundle_bytes``, ``BUNDLE_CHUNKS`` and a ``2 room``-th
+        of the queue's bytes, but not below the small size (one that failed in a bundle goes
+        alone). A chunk of a second or
+        more of work gains little from sharing its task's fixed cost, and large bundles kept
+        workers idle: 15 files of ../shared/data/real (7 KB to 3 MB compressed) took 17-18 s
+        in bundles of up to 16 MiB or a quarter of the queue, 14-15 s a chunk a task. The
+        queue's share also makes bundles shrink as it empties. A chunk already staged by an
+        earlier run goes straight to the commit frontier."""
         bundle: list[ChunkSpec] = []
-        size, most = 0, self.cfg.ingest.bundle_bytes
+        size, limit = 0, self.cfg.ingest.bundle_bytes
+        small = limit // SMALL_SHARE
+        most = min(limit, max(small, -(-self.queue_bytes // max(2 * room, 1))))
         while self.queue and len(bundle) < BUNDLE_CHUNKS:
             spec = self.by_key[self.queue[0]]
-            alone = spec.chunk_key in self.alone
+            alone = spec.chunk_key in self.alone or spec.input_bytes > small
             if bundle and (alone or size + spec.input_bytes > most):
                 break
             heapq.heappop(self.queue)
+            self.queue_bytes -= spec.input_bytes
             staged = self._staged(spec)
             if staged is not None:
                 self.results[spec.chunk_key] = staged

@@ -88,7 +88,7 @@ def test_chunk_size_from_dict() -> None:
 
 
 def test_bundle_bytes_is_a_size_and_zero_turns_bundles_off() -> None:
-    assert config.from_dict({}).ingest.bundle_bytes == 16 * 1024**2
+    assert config.from_dict({}).ingest.bundle_bytes == 4 * 1024**2
     assert config.from_dict({"ingest": {"bundle_bytes": "1MiB"}}).ingest.bundle_bytes == 2**20
     assert config.from_dict({"ingest": {"bundle_bytes": 0}}).ingest.bundle_bytes == 0
     for bad in (-1, "-1MB", "lots", 1.5):

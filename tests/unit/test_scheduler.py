@@ -715,10 +715,12 @@ def test_small_chunks_go_many_to_a_task_and_the_lake_is_unchanged(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Bundles hold consecutive chunks in key order, up to ``[ingest] bundle_bytes`` (one
-    larger chunk goes alone); completed out of order, they give the lake of one chunk a task
-    (``bundle_bytes = 0``)."""
-    limit = 200_000
+    """Bundles hold consecutive small chunks in key order, up to ``[ingest] bundle_bytes``
+    (a chunk of more than an eighth of it goes alone); completed out of order, they give the
+    lake of one chunk a task (``bundle_bytes = 0``)."""
+    from lakecurate.ingest.scheduler import SMALL_SHARE
+
+    limit = 1 << 20
     cfg = tmp_path / "bundles.toml"
     cfg.write_text(
         small_cfg.read_text().replace("[ingest]\n", f"[ingest]\nbundle_bytes = {limit}\n")
@@ -731,7 +733,11 @@ def test_small_chunks_go_many_to_a_task_and_the_lake_is_unchanged(
     for task in tasks:
         keys = [s.chunk_key for s in task]
         assert keys == sorted(keys)
-        assert len(task) == 1 or sum(s.input_bytes for s in task) <= limit
+        if len(task) > 1:
+            assert sum(s.input_bytes for s in task) <= limit
+            assert max(s.input_bytes for s in task) <= limit // SMALL_SHARE
+    large = [t for t in tasks if t[0].input_bytes > limit // SMALL_SHARE]
+    assert all(len(t) == 1 for t in large)
     cfg.write_text(small_cfg.read_text().replace("[ingest]\n", "[ingest]\nbundle_bytes = 0\n"))
     alone = FakeExecutor(2, lambda _k, _a: "ok", shuffle=random.Random(5))
     tasks = recording(alone, monkeypatch)
