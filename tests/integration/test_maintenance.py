@@ -31,13 +31,16 @@ def _key_files(lake: Lake) -> list[str]:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, corpus: Path) -> Path:
-    """A lake of two ingests (many small files: one per chunk and partition)."""
+    """A lake of two ingests (many small files: one per chunk and partition, and key files
+    of the index: a decision per chunk, ``commit_seconds = 0``, as small chunks finishing
+    apart would make)."""
     root = tmp_path_factory.mktemp("maintenance")
     data = root / "data"
     data.mkdir()
     for name in ("books.parquet", "forum.jsonl.zst"):
         shutil.copy(corpus / name, data / name)
-    (root / "lakecurate.toml").write_text(SMALL_CONFIG, encoding="utf-8")
+    config = SMALL_CONFIG.replace("[ingest]\n", "[ingest]\ncommit_seconds = 0\n")
+    (root / "lakecurate.toml").write_text(config, encoding="utf-8")
     lake = Lake.open(root / "lake")
     assert lake.ingest([data], config=root / "lakecurate.toml").ok
     shutil.copy(corpus / "web_a.jsonl", data / "web_a.jsonl")
