@@ -10,6 +10,7 @@ the index in the same state transaction as its SUCCESS. Order keys are
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -65,7 +66,8 @@ class NearDedup:
         chunk's decision was mostly the fixed cost of its statements.
 
         Per chunk: its rows (near-dedup columns dropped), its number of near duplicates, and
-        its index writer, to call in order inside the state transaction.
+        its index writer, to call in order inside the state transaction: the last chunk's
+        indexes the whole run (``NearDedupIndex.add_run``), the others' only check the order.
         """
         tables, positions, sets, bands = [], [], [], []
         for chunk in run:
@@ -91,20 +93,19 @@ class NearDedup:
         out: list[Applied] = []
         demoted = _Demoted()
         start = 0
+        written = [0]  # the chunks whose writer ran
+
+        def write(i: int) -> None:
+            assert written[0] == i, "a run's chunks are indexed in order, each once"
+            written[0] += 1
+            if i == len(run) - 1:
+                self.index.add_run(tables, whole, matched, sets, bands)
+
         for i, chunk in enumerate(run):
             mine = matched.slice(start, tables[i].num_rows)
             start += tables[i].num_rows
             rows, dups = _decided(chunk.rows, positions[i], mine, demoted)
-
-            def write(
-                table: pa.Table = tables[i],
-                mine: pa.Table = mine,
-                chunk_sets: ChunkSets | None = sets[i] if sets else None,
-                chunk_bands: ChunkSets | None = bands[i] if bands else None,
-            ) -> None:
-                self.index.add_chunk(table, mine, chunk_sets, chunk_bands)
-
-            out.append(Applied(rows, dups, write))
+            out.append(Applied(rows, dups, functools.partial(write, i)))
         return out
 
 

@@ -345,15 +345,15 @@ class BandCache:
         *,
         ordered: bool = False,
         docs: I64 | None = None,
-        source: BandSource | None = None,
+        sources: Sequence[BandSource] = (),
     ) -> None:
         """After the index inserted the documents of these band rows (in the caller's
         transaction): add them, unless the cache is stale or already holds their commit seqs
         (an earlier attempt's rows the insert replaced): then the next use reloads.
         ``ordered``: the rows are sorted by hash (``by_hash``); ``docs``: their documents'
         doc_seqs when the caller has them (``np.unique`` over the band rows, 16 per document,
-        was a sixth of adding a chunk, issue 14); ``source``: the stored band file they are
-        (``BandSource(seq)``), which a remote holder reads itself."""
+        was a sixth of adding a chunk, issue 14); ``sources``: the stored band files they are
+        (``BandSource(seq)`` per commit, in order), which a remote holder reads itself."""
         if not self._loaded:
             return
         docs = seqs if docs is None else docs
@@ -372,8 +372,9 @@ class BandCache:
             return
         self._loaded = False  # until the rows are in: a holder that fails reloads next time
         try:
-            if source is not None and isinstance(self.holder, RemoteHolder):
-                self.holder.push_source(self.files, source)
+            if sources and isinstance(self.holder, RemoteHolder):
+                for source in sources:
+                    self.holder.push_source(self.files, source)
             else:
                 self.holder.push(hashes, bands, seqs, ordered=ordered)
         except HolderLostError:

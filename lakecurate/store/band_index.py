@@ -382,7 +382,7 @@ class NearDedupIndex:
         ``sets``: each chunk's sets (default: ``docs["signature"]``), of which only those of
         the documents in a candidate pair are read; ``bands``: each chunk's worker's bands
         file, which decider processes read themselves (``store.band_shards``). Add the chunks
-        with ``add_chunk``, one by one, afterwards.
+        afterwards with ``add_run`` (this same ``docs`` table: its band rows are reused).
         """
         lo, _hi = self._register(docs)
         sources = []
@@ -580,23 +580,42 @@ class NearDedupIndex:
         sets: ChunkSets | None = None,
         bands: ChunkSets | None = None,
     ) -> None:
-        """Index a decided chunk: the bands of all its documents with tokens, and their clusters.
+        """Index a decided chunk: ``add_run`` of a run of one."""
+        self.add_run([docs], docs, matched, [sets] if sets else (), [bands] if bands else ())
+
+    def add_run(
+        self,
+        chunks: Sequence[pa.Table],
+        whole: pa.Table,
+        matched: pa.Table,
+        sets: Sequence[ChunkSets] = (),
+        bands: Sequence[ChunkSets] = (),
+    ) -> None:
+        """Index a run of decided chunks (``chunks`` in commit order; ``whole``: them together,
+        the table ``match_chunks`` decided; ``matched``: its result): the bands of all their
+        documents with tokens, and their clusters. As indexing each chunk in turn, with one
+        delete and one insert of the run's rows and one check of each cache (per chunk, those
+        statements were most of a small chunk's indexing, issue 14).
 
         Dropped documents are indexed too: a later document that is near only to a dropped one
         joins that one's cluster, exactly as in one batch run over everything. Run it inside the
         caller's transaction (it issues plain statements, no BEGIN/COMMIT of its own).
-        ``sets``, ``bands``: the chunk's sets and bands (default: ``docs["signature"]``,
-        ``docs["bands"]``), stored as its commit's signature and band files.
+        ``sets``, ``bands``: each chunk's sets and bands (default: its ``signature`` and
+        ``bands`` columns), stored as its commit's signature and band files.
         """
-        lo, hi = self._register(docs)
-        self.con.register("nd_matched", matched)
-        seq = lo >> ROW_BITS
-        try:
-            # The files before the rows: no indexed document without its bands and signature.
+        stored: list[BandSource] = []  # the band files stored below, for a remote holder
+        # The files before the rows: no indexed document without its bands and signature.
+        for i, docs in enumerate(chunks):
+            typed = _typed(docs)
+            seq = int(pc.min(typed["doc_seq"]).as_py()) >> ROW_BITS if typed.num_rows else 0
             if self.cfg.verify:
-                (sets or ChunkSets.of_docs(seq, _typed(docs))).store(self.signatures)
-            if docs.num_rows:
-                (bands or ChunkSets.of_docs(seq, _typed(docs), "bands")).store(self.bands)
+                (sets[i] if sets else ChunkSets.of_docs(seq, typed)).store(self.signatures)
+            if typed.num_rows:
+                (bands[i] if bands else ChunkSets.of_docs(seq, typed, "bands")).store(self.bands)
+                stored.append(BandSource(seq))
+        lo, hi = self._register(whole)
+        self.con.register("nd_matched", matched)
+        try:
             self.con.execute(engine.q("dedup.forget_docs_range"), {"lo": lo, "hi": hi})
             self.con.execute(engine.q("dedup.insert_docs"))
             indexed = matched.filter(pc.is_valid(matched["cluster_id"]))
@@ -605,9 +624,8 @@ class NearDedupIndex:
                 np.asarray(indexed["cluster_id"].to_numpy(), dtype=np.int64),
                 indexed["doc_id"].combine_chunks(),
             )
-            rows, seqs = self._rows_of(docs)
-            source = BandSource(seq) if docs.num_rows else None  # the file stored above
-            self.cache.add(*rows, ordered=True, docs=seqs, source=source)
+            rows, seqs = self._rows_of(whole)  # the match's, when it is the same table
+            self.cache.add(*rows, ordered=True, docs=seqs, sources=stored)
         finally:
             self.con.unregister("nd_chunk")
             self.con.unregister("nd_matched")

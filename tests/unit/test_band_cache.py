@@ -80,7 +80,7 @@ def insert(
     con.execute("INSERT INTO model SELECT band, band_hash, doc_seq FROM new")
     con.unregister("new")
     # A holder in other processes reads the band file just written instead of the rows.
-    cache.add(h, b, s, source=BandSource(int(doc_seq[0]) >> 32))
+    cache.add(h, b, s, sources=[BandSource(int(doc_seq[0]) >> 32)])
 
 
 def forget(con: duckdb.DuckDBPyConnection, seq: int) -> None:
