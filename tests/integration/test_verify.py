@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
 from pathlib import Path
 
+import duckdb
 import pytest
-from helpers import lake_rows
+from helpers import lake_rows, run_lakecurate
 
 from lakecurate import Lake
 
@@ -105,3 +108,59 @@ def test_leftovers_are_found_and_repaired(leftover: str, built: Path, corpus: Pa
     assert lake_rows(built) == before_rows
     again = Lake.open(built).ingest([corpus])
     assert again.outcome == "NOTHING_TO_DO" and lake_rows(built) == before_rows
+
+
+def test_chunks_queued_to_be_decided_again_are_not_index_damage(tmp_path: Path) -> None:
+    """A run killed right after a changed input's rows left the lake leaves the chunks that
+    pointed at them queued to be decided again, out of the indexes until the next ingest:
+    once the interrupted commit is finished, `verify` says so and finds nothing to repair
+    (it counted their documents as missing index entries and sent the user to `verify
+    --repair`: found by the model campaign, seed 27); the next ingest decides them."""
+    data = tmp_path / "in"
+    (data / "a").mkdir(parents=True)
+    texts = [f"document {i} " + "plain words " * 20 for i in range(60)]
+    (data / "a" / "data.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8"
+    )
+    (data / "b").mkdir()
+    shutil.copy(data / "a" / "data.jsonl", data / "b" / "data.jsonl")
+    cfg = tmp_path / "cfg.toml"
+    cfg.write_text('[ingest]\nchunk_size = "4KiB"\n[near_dedup]\nenabled = true\n')
+    lake = tmp_path / "lake"
+    first = run_lakecurate("ingest", data, "--lake", lake, "--config", cfg, "--workers", "1")
+    assert first.returncode == 0, first.stderr
+    # the folder whose copies were kept (chunk keys hash the path: either) changes, so the
+    # other folder's exact duplicates point at documents that leave
+    kept_a = (
+        Lake.open(lake)
+        .sql("SELECT count(*) FROM documents WHERE kept AND source_path LIKE '%/a/data.jsonl'")
+        .rows[0][0]
+    )
+    keeper = data / ("a" if kept_a else "b") / "data.jsonl"
+    keeper.write_text(
+        "".join(json.dumps({"text": "other " + t}) + "\n" for t in texts), encoding="utf-8"
+    )
+    killed = run_lakecurate(
+        "ingest",
+        data,
+        "--lake",
+        lake,
+        "--workers",
+        "1",
+        env={"LAKECURATE_FAULT": "after_delta_commit:kill:supersede"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    state = duckdb.connect(str(lake / "state.duckdb"), read_only=True)
+    queued = state.execute("SELECT count(*) FROM redecide").fetchall()[0][0]
+    state.close()
+    # a writer finishes the interrupted commit (verify only reads): here a compact
+    assert run_lakecurate("compact", "--lake", lake).returncode == 0
+    checked = run_lakecurate("verify", "--lake", lake)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "queued to be decided again" in checked.stdout
+    assert "problem" not in checked.stdout
+    done = run_lakecurate("ingest", data, "--lake", lake, "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    after = run_lakecurate("verify", "--lake", lake)
+    assert after.returncode == 0 and "queued" not in after.stdout, after.stdout
+    assert queued >= 1
