@@ -120,6 +120,27 @@ def outcomes(task: str, keys: list[str], **fields: Any) -> list[Outcome]:
     ]
 
 
+class TaskSender:
+    """The ``Executor`` protocol's ``submit``, ``finalise`` and ``plan`` as tasks named by
+    ``task_id`` over their keys: each executor ships a task its own way (``_send``)."""
+
+    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
+        keys = [s.chunk_key for s in specs]
+        self._send(task_id(keys), keys, order, specs)
+
+    def finalise(self, order: FinaliseOrder) -> None:
+        self._send(order.chunk_key + FINALISE, [order.chunk_key], order, None)
+
+    def plan(self, orders: list[PlanOrder]) -> None:
+        paths = [o.path for o in orders]
+        self._send(task_id(paths, PLAN), paths, orders, None)
+
+    def _send(
+        self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
+    ) -> None:
+        raise NotImplementedError
+
+
 @dataclass
 class Running:
     """What the driver knows of a chunk a worker has started."""
@@ -130,7 +151,7 @@ class Running:
     done: float = 0.0  # how far into the chunk, as its last beat said (0..1)
 
 
-class LocalExecutor:
+class LocalExecutor(TaskSender):
     """A process pool that can be rebuilt when a worker dies (OOM killer, kill -9, hang)."""
 
     def __init__(self, workers: int) -> None:
@@ -161,19 +182,8 @@ class LocalExecutor:
             )
         return self._pool
 
-    # -- the Executor protocol -----------------------------------------------------------
-    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
-        keys = [s.chunk_key for s in specs]
-        self._submit(task_id(keys), keys, order, specs)
-
-    def finalise(self, order: FinaliseOrder) -> None:
-        self._submit(order.chunk_key + FINALISE, [order.chunk_key], order, None)
-
-    def plan(self, orders: list[PlanOrder]) -> None:
-        paths = [o.path for o in orders]
-        self._submit(task_id(paths, PLAN), paths, orders, None)
-
-    def _submit(
+    # -- the Executor protocol (submit, finalise, plan: TaskSender) ----------------------
+    def _send(
         self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
     ) -> None:
         self._keys[task] = keys

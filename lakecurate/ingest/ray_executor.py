@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakecurate.errors import UsageError
-from lakecurate.ingest.executor import FINALISE, PLAN, is_chunk_task, outcomes, task_id
+from lakecurate.ingest.executor import TaskSender, is_chunk_task, outcomes
 from lakecurate.ingest.worker import run_order
-from lakecurate.types import ChunkSpec, FinaliseOrder, Outcome, PlanOrder, TaskOrder, WorkOrder
+from lakecurate.types import ChunkSpec, Outcome, TaskOrder
 
 INSTALL = "pip install 'lakecurate[ray]'"
 SYSTEM_RETRIES = 3
@@ -75,7 +75,7 @@ class _Task:
     submitted: float
 
 
-class RayExecutor:
+class RayExecutor(TaskSender):
     """Ray tasks, as many in flight as the scheduler submits (two per CPU of the cluster)."""
 
     def __init__(self, workers: int | None = None, address: str | None = None) -> None:
@@ -96,19 +96,8 @@ class RayExecutor:
         self._tasks: dict[Any, _Task] = {}  # ObjectRef -> what it is
         self._stopped: dict[Any, str] = {}  # cancelled ObjectRef -> why
 
-    # -- the Executor protocol -----------------------------------------------------------
-    def submit(self, specs: list[ChunkSpec], order: WorkOrder) -> None:
-        keys = [s.chunk_key for s in specs]
-        self._go(task_id(keys), keys, order, specs)
-
-    def finalise(self, order: FinaliseOrder) -> None:
-        self._go(order.chunk_key + FINALISE, [order.chunk_key], order, None)
-
-    def plan(self, orders: list[PlanOrder]) -> None:
-        paths = [o.path for o in orders]
-        self._go(task_id(paths, PLAN), paths, orders, None)
-
-    def _go(
+    # -- the Executor protocol (submit, finalise, plan: TaskSender) ----------------------
+    def _send(
         self, task: str, keys: list[str], order: TaskOrder, specs: list[ChunkSpec] | None
     ) -> None:
         self._tasks[self._remote.remote(order, specs)] = _Task(task, keys, time.monotonic())

@@ -552,12 +552,11 @@ class Scheduler:
         one to do and, while it and they are small (an eighth of ``[ingest] bundle_bytes`` at
         most), those after it, up to ``bundle_bytes``, ``BUNDLE_CHUNKS`` and a ``2 room``-th
         of the queue's bytes, but not below the small size (one that failed in a bundle goes
-        alone). A chunk of a second or
-        more of work gains little from sharing its task's fixed cost, and large bundles kept
-        workers idle: 15 files of ../shared/data/real (7 KB to 3 MB compressed) took 17-18 s
-        in bundles of up to 16 MiB or a quarter of the queue, 14-15 s a chunk a task. The
-        queue's share also makes bundles shrink as it empties. A chunk already staged by an
-        earlier run goes straight to the commit frontier."""
+        alone). A chunk of a second or more of work gains little from sharing its task's fixed
+        cost, and large bundles kept workers idle: 15 files of ../shared/data/real (7 KB to
+        3 MB compressed) took 17-18 s in bundles of up to 16 MiB or a quarter of the queue,
+        14-15 s a chunk a task. The queue's share also makes bundles shrink as it empties. A
+        chunk already staged by an earlier run goes straight to the commit frontier."""
         bundle: list[ChunkSpec] = []
         size, limit = 0, self.cfg.ingest.bundle_bytes
         small = limit // SMALL_SHARE

@@ -295,11 +295,11 @@ def _check_state(
             "and near duplicates"
         )
     if ds is not None:
-        _check_duplicates(state, ds, report)
-        _check_bands(state, ds, cfg, signatures, report)
+        _check_duplicates(state, ds, report, set(queued))
+        _check_bands(state, ds, cfg, signatures, report, set(queued))
 
 
-def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
+def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport, queued: set[str]) -> None:
     """Every duplicate points at a document the lake keeps, and no id is kept twice (issue 12:
     a changed input once left duplicates of removed documents dropped for good). Chunks queued
     to be decided again are the next ingest's work, not damage."""
@@ -314,7 +314,6 @@ def _check_duplicates(state: StateStore, ds: Any, report: VerifyReport) -> None:
         twice = con.execute(engine.q("verify.kept_ids_twice")).fetchall()
     finally:
         con.unregister("table_rows")
-    queued = set(state.redecide_queue())
     for key in dangling:
         if key not in queued:
             report.problems.append(
@@ -335,6 +334,7 @@ def _check_bands(
     cfg: Config | None,
     signatures: SignatureFiles,
     report: VerifyReport,
+    queued: set[str],
 ) -> None:
     """The near-dedup band index covers exactly the committed documents that have a signature:
     no rows of commits that left, none of ids the chunk does not hold, no committed chunk
@@ -363,9 +363,8 @@ def _check_bands(
         )
     if cfg is not None and cfg.near_dedup.enabled:
         near = NearDedupIndex.of_config(con, cfg, signatures)
-        queued = set(state.redecide_queue())  # out of the index until decided again
         for key in chunks_missing_bands(state, rows, near):
-            if key not in queued:
+            if key not in queued:  # a queued chunk is out of the index until decided again
                 report.problems.append(f"chunk {key} is missing from the near-dedup band index")
         kinds = [signatures.bands(), *([signatures] if cfg.near_dedup.verify else [])]
         for files in kinds:
